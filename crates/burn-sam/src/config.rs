@@ -1,0 +1,148 @@
+use burn::config::Config;
+
+use crate::{Sam, SamError};
+
+/// Configuration of [`Sam`]: Sharpness-Aware Minimization (Foret et al., 2021) and its
+/// adaptive variant ASAM (Kwon et al., 2021).
+///
+/// The perturbation is `e = rho * a^2 * g / (||a * g|| + eps)`, with `a = 1` for SAM and
+/// `a = |w| + eta` for ASAM, the norm taken over all parameters with a gradient.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::Linear;
+/// use burn::optim::AdamConfig;
+/// use burn_sam::SamConfig;
+///
+/// let base = AdamConfig::new().init::<Autodiff<Flex>, Linear<Autodiff<Flex>>>();
+/// let sam = SamConfig::new().with_rho(0.1).init(base);
+/// assert_eq!(sam.config().rho, 0.1);
+/// ```
+#[derive(Config, Debug)]
+pub struct SamConfig {
+    /// Radius of the neighbourhood in which the loss is maximised. `rho = 0` is the base
+    /// optimizer exactly. Allowed: finite and `>= 0`.
+    #[config(default = 0.05)]
+    pub rho: f64,
+    /// Use ASAM's scale-invariant neighbourhood `a = |w| + eta`.
+    #[config(default = false)]
+    pub adaptive: bool,
+    /// ASAM's offset in `a = |w| + eta`; 0 reproduces `davda54/sam`, the ASAM paper uses
+    /// 0.01. Allowed: finite and `>= 0`.
+    #[config(default = 0.0)]
+    pub eta: f64,
+    /// Added to the gradient norm before dividing by it. Allowed: finite and `> 0`.
+    #[config(default = 1e-12)]
+    pub eps: f64,
+}
+
+impl SamConfig {
+    /// Wraps `base` into a [`Sam`] optimizer.
+    ///
+    /// # Panics
+    /// When the configuration is invalid, with the message of [`SamConfig::validate`].
+    pub fn init<O>(&self, base: O) -> Sam<O> {
+        self.try_init(base)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Wraps `base` into a [`Sam`] optimizer, or says which field is invalid.
+    pub fn try_init<O>(&self, base: O) -> Result<Sam<O>, SamError> {
+        self.validate()?;
+        Ok(Sam::new(self.clone(), base))
+    }
+
+    /// Checks every field against its allowed range.
+    ///
+    /// ```
+    /// use burn_sam::SamConfig;
+    ///
+    /// let error = SamConfig::new().with_rho(-1.0).validate().unwrap_err();
+    /// assert!(error.to_string().contains("rho"));
+    /// ```
+    pub fn validate(&self) -> Result<(), SamError> {
+        check(
+            "rho",
+            self.rho,
+            "finite and >= 0",
+            self.rho.is_finite() && self.rho >= 0.0,
+        )?;
+        check(
+            "eta",
+            self.eta,
+            "finite and >= 0",
+            self.eta.is_finite() && self.eta >= 0.0,
+        )?;
+        check(
+            "eps",
+            self.eps,
+            "finite and > 0",
+            self.eps.is_finite() && self.eps > 0.0,
+        )
+    }
+}
+
+fn check(field: &'static str, value: f64, allowed: &'static str, ok: bool) -> Result<(), SamError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(SamError::InvalidConfig {
+            field,
+            value,
+            allowed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(config: SamConfig) -> (&'static str, String) {
+        let error = config.validate().unwrap_err();
+        let SamError::InvalidConfig { field, .. } = error else {
+            panic!("expected InvalidConfig, got {error:?}");
+        };
+        (field, error.to_string())
+    }
+
+    #[test]
+    fn defaults_match_davda54() {
+        let config = SamConfig::new();
+        assert_eq!(
+            (config.rho, config.adaptive, config.eta, config.eps),
+            (0.05, false, 0.0, 1e-12)
+        );
+        assert!(config.validate().is_ok());
+        assert!(SamConfig::new().with_rho(0.0).validate().is_ok());
+    }
+
+    #[test]
+    fn invalid_fields_are_named_with_their_range() {
+        for rho in [-0.1, f64::NAN, f64::INFINITY] {
+            let (field, message) = rejected(SamConfig::new().with_rho(rho));
+            assert_eq!(field, "rho");
+            assert!(
+                message.contains("`rho`") && message.contains(">= 0"),
+                "{message}"
+            );
+        }
+        for eps in [0.0, -1e-12, f64::NAN] {
+            let (field, message) = rejected(SamConfig::new().with_eps(eps));
+            assert_eq!(field, "eps");
+            assert!(message.contains("> 0"), "{message}");
+        }
+        for eta in [-0.01, f64::INFINITY] {
+            assert_eq!(rejected(SamConfig::new().with_eta(eta)).0, "eta");
+        }
+    }
+
+    #[test]
+    fn init_panics_with_the_message_and_try_init_returns_it() {
+        let config = SamConfig::new().with_eps(0.0);
+        assert!(config.try_init(()).is_err());
+        let panic = std::panic::catch_unwind(|| config.init(())).unwrap_err();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(message.contains("`eps` = 0"), "{message}");
+    }
+}

@@ -1,0 +1,189 @@
+//! Walks over a module's float parameters: the global gradient norm, the perturbation that
+//! keeps a snapshot of every tensor, and the exact restore from that snapshot.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::{GradientsParams, MultiGradientsParams};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, FloatDType, Tensor};
+
+/// The module's float tensors by id, as they were before the perturbation. Type-erased so
+/// that `Sam<O>` stays generic over the module only in its methods.
+pub(crate) type Snapshot = HashMap<ParamId, Arc<dyn Any + Send + Sync>>;
+
+/// The dtype SAM computes in: f64 stays f64, everything narrower is widened to f32
+/// (eps = 1e-12 is 0 in f16, and squared f16 gradients overflow at 256).
+fn widen<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
+    let dtype = match tensor.dtype() {
+        DType::F64 => FloatDType::F64,
+        _ => FloatDType::F32,
+    };
+    tensor.cast(dtype)
+}
+
+/// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
+/// `a^2 * g`.
+fn weighted<B: Backend, const D: usize>(
+    weight: Tensor<B, D>,
+    grad: Tensor<B, D>,
+    eta: Option<f64>,
+    power: i32,
+) -> Tensor<B, D> {
+    match eta {
+        Some(eta) => widen(weight).abs().add_scalar(eta).powi_scalar(power) * grad,
+        None => grad,
+    }
+}
+
+/// `sqrt(sum_p ||a_p * g_p||^2)` over the parameters of `module` that have a gradient, read
+/// back in one device sync. Also returns how many gradients matched a parameter.
+pub(crate) fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+    eta: Option<f64>,
+) -> (f64, usize) {
+    let mut visitor = SquaredNorm::<B> {
+        grads,
+        eta,
+        sum: None,
+        matched: 0,
+    };
+    module.visit(&mut visitor);
+    let norm = visitor.sum.map_or(0.0, |sum| {
+        let value = sum.into_data().iter::<f64>().next();
+        value.unwrap_or(f64::NAN).sqrt()
+    });
+    (norm, visitor.matched)
+}
+
+struct SquaredNorm<'a, B: AutodiffBackend> {
+    grads: &'a GradientsParams,
+    eta: Option<f64>,
+    sum: Option<Tensor<B::InnerBackend, 1>>,
+    matched: usize,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        self.matched += 1;
+        let scaled = weighted(param.val().inner(), widen(grad), self.eta, 1);
+        let squares = scaled.powi_scalar(2).sum();
+        self.sum = Some(match self.sum.take() {
+            Some(sum) => {
+                let dtype = sum.dtype();
+                sum + squares.cast(dtype)
+            }
+            None => squares,
+        });
+    }
+}
+
+/// Moves every parameter with a gradient to `w + scale * a^2 * g` and keeps every float
+/// tensor of the module (perturbed or not) in the snapshot.
+pub(crate) struct Perturb<'a> {
+    pub grads: &'a GradientsParams,
+    pub eta: Option<f64>,
+    pub scale: f64,
+    pub snapshot: Snapshot,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        self.snapshot.insert(id, Arc::new(tensor.clone()));
+        let tensor = match self.grads.get::<B::InnerBackend, D>(id) {
+            Some(grad) if self.scale != 0.0 => {
+                let require_grad = tensor.is_require_grad();
+                let weight = tensor.inner();
+                let dtype = weight.dtype();
+                let step =
+                    weighted(weight.clone(), widen(grad), self.eta, 2).mul_scalar(self.scale);
+                let moved = Tensor::from_inner((widen(weight) + step).cast(dtype));
+                if require_grad {
+                    moved.require_grad()
+                } else {
+                    moved
+                }
+            }
+            _ => tensor,
+        };
+        Param::from_mapped_value(id, tensor, mapper)
+    }
+}
+
+/// Whether every float tensor of a module is in the snapshot with the same type.
+pub(crate) fn snapshot_covers<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    snapshot: &Snapshot,
+) -> bool {
+    struct Covers<'a> {
+        snapshot: &'a Snapshot,
+        all: bool,
+    }
+    impl<B: Backend> ModuleVisitor<B> for Covers<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let kept = self.snapshot.get(&param.id);
+            self.all &= kept.is_some_and(|kept| kept.is::<Tensor<B, D>>());
+        }
+    }
+    let mut covers = Covers {
+        snapshot,
+        all: true,
+    };
+    module.visit(&mut covers);
+    covers.all
+}
+
+/// Puts every float tensor back as it was in the snapshot: the weights `w` exactly (no
+/// `w + e - e`), and running statistics as they were after the forward pass at `w`.
+/// Check [`snapshot_covers`] first.
+pub(crate) struct Restore<'a> {
+    pub snapshot: &'a Snapshot,
+}
+
+impl<B: Backend> ModuleMapper<B> for Restore<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let kept = self.snapshot[&id].downcast_ref::<Tensor<B, D>>().cloned();
+        Param::from_mapped_value(id, kept.unwrap_or(tensor), mapper)
+    }
+}
+
+/// Merges gradients computed on several devices into one set, on the device
+/// [`MultiGradientsParams`] assigns to each parameter.
+pub(crate) fn merge_devices<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: MultiGradientsParams,
+) -> GradientsParams {
+    struct Merge<B> {
+        multi: MultiGradientsParams,
+        merged: GradientsParams,
+        backend: core::marker::PhantomData<B>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Merge<B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some((grad, _)) = self.multi.remove::<B::InnerBackend, D>(param.id) {
+                self.merged.register(param.id, grad);
+            }
+        }
+    }
+    let mut merge = Merge::<B> {
+        multi: grads,
+        merged: GradientsParams::new(),
+        backend: core::marker::PhantomData,
+    };
+    module.visit(&mut merge);
+    merge.merged
+}
+
+/// Folds the running statistics (BatchNorm's `RunningState`) that forward passes left
+/// pending into their values, so that they can be read and overwritten.
+pub(crate) fn sync_running_states<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
+    drop(module.valid());
+}

@@ -1,0 +1,324 @@
+use burn::module::AutodiffModule;
+use burn::optim::LearningRate;
+use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+
+use crate::params::{self, Perturb, Restore, Snapshot};
+use crate::{SamConfig, SamError};
+
+/// Sharpness-Aware Minimization over any Burn optimizer `O`.
+///
+/// Each batch takes two passes. The ascent moves the weights `w` to `w + e(w)` and keeps `w`;
+/// the descent puts `w` back and lets `O` step it with the gradient taken at `w + e(w)`.
+///
+/// Three ways to drive it:
+/// - as an [`Optimizer`]: call `step` twice per batch, each time after a forward and backward
+///   pass. The first call is the ascent (it returns the perturbed module), the second the
+///   descent. Any loop written for Burn's optimizers gets exact SAM by running its
+///   forward/backward/`step` twice on the same batch.
+/// - [`Sam::ascend`] and [`Sam::descend`]: the same two phases, with errors as values.
+/// - [`Sam::step_with`]: one call that runs both passes with a loss closure.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::SgdConfig;
+/// use burn::tensor::Tensor;
+/// use burn_sam::SamConfig;
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+/// let x = Tensor::<B, 2>::ones([4, 3], &device);
+///
+/// let mut sam = SamConfig::new().with_rho(0.05).init(SgdConfig::new().init());
+/// let step = sam
+///     .step_with(0.1, model, |model: &Linear<B>| model.forward(x.clone()).powi_scalar(2).mean())
+///     .unwrap();
+/// println!("loss {} -> {:?}", step.loss.into_scalar(), step.report.outcome);
+/// ```
+#[derive(Clone)]
+pub struct Sam<O> {
+    config: SamConfig,
+    base: O,
+    pending: Option<Pending>,
+    stats: SamStats,
+}
+
+/// What the ascent leaves for the descent.
+#[derive(Clone)]
+struct Pending {
+    snapshot: Snapshot,
+    grad_norm: f64,
+    perturbed: bool,
+}
+
+/// Counters of what SAM did, saved in its record.
+#[derive(Record, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamStats {
+    /// Optimizer steps taken (descents, skipped or not).
+    pub steps: u64,
+    /// Steps whose ascent gradient was not finite: no perturbation, plain base step.
+    pub ascents_skipped: u64,
+    /// Steps whose descent gradient was not finite: weights and base state left untouched.
+    pub updates_skipped: u64,
+}
+
+/// What one SAM step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Perturbed, then stepped with the gradient at the perturbed weights.
+    Applied,
+    /// The ascent gradient was not finite: the weights were not perturbed and the base
+    /// optimizer stepped with the descent gradient, taken at the unperturbed weights.
+    AscentSkipped,
+    /// The descent gradient was not finite: weights and base optimizer state are unchanged.
+    UpdateSkipped,
+}
+
+/// The outcome of one step and the gradient norms it saw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepReport {
+    /// What happened.
+    pub outcome: StepOutcome,
+    /// `||a * g||` of the ascent gradient (SAM: `a = 1`), the norm the perturbation divides by.
+    pub ascent_grad_norm: f64,
+    /// `||g||` of the descent gradient, the one the base optimizer steps with.
+    pub descent_grad_norm: f64,
+}
+
+/// The result of [`Sam::step_with`].
+#[derive(Debug)]
+pub struct SamStep<M, B: AutodiffBackend> {
+    /// The updated module.
+    pub module: M,
+    /// The loss of the first pass, at the unperturbed weights, detached.
+    pub loss: Tensor<B, 1>,
+    /// What the step did.
+    pub report: StepReport,
+}
+
+impl<O> Sam<O> {
+    pub(crate) fn new(config: SamConfig, base: O) -> Self {
+        Self {
+            config,
+            base,
+            pending: None,
+            stats: SamStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SamConfig {
+        &self.config
+    }
+
+    /// The wrapped base optimizer.
+    pub fn base(&self) -> &O {
+        &self.base
+    }
+
+    /// Counters since the optimizer was created (or since the loaded record's).
+    pub fn stats(&self) -> SamStats {
+        self.stats
+    }
+
+    /// Whether an ascent waits for its descent.
+    pub fn is_perturbed(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    fn eta(&self) -> Option<f64> {
+        self.config.adaptive.then_some(self.config.eta)
+    }
+
+    /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
+    /// and keeps `w` for [`Sam::descend`].
+    ///
+    /// When the gradient is not finite the module is returned unperturbed (the step will be
+    /// a plain base step) and a warning is logged; nothing non-finite is written.
+    pub fn ascend<M, B>(&mut self, module: M, grads: GradientsParams) -> Result<M, SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        if self.pending.is_some() {
+            return Err(SamError::AscentPending);
+        }
+        let (grad_norm, matched) = params::grad_norm(&module, &grads, self.eta());
+        check_grads_match(&grads, matched)?;
+        let perturbed = grad_norm.is_finite();
+        if !perturbed {
+            log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
+        }
+        let scale = if perturbed {
+            self.config.rho / (grad_norm + self.config.eps)
+        } else {
+            0.0
+        };
+        params::sync_running_states(&module);
+        let mut perturb = Perturb {
+            grads: &grads,
+            eta: self.eta(),
+            scale,
+            snapshot: Snapshot::new(),
+        };
+        let module = module.map(&mut perturb);
+        self.pending = Some(Pending {
+            snapshot: perturb.snapshot,
+            grad_norm,
+            perturbed,
+        });
+        Ok(module)
+    }
+
+    /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
+    /// base optimizer using `grads`, the gradient taken at the perturbed `module`.
+    ///
+    /// Running statistics (BatchNorm) are restored to their values after the first pass, as
+    /// if the batch had been seen once. When `grads` is not finite, nothing is stepped: the
+    /// unperturbed weights and the base optimizer's state are returned unchanged.
+    pub fn descend<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<(M, StepReport), SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let Some(pending) = self.pending.as_ref() else {
+            return Err(SamError::DescentWithoutAscent);
+        };
+        if !params::snapshot_covers(&module, &pending.snapshot) {
+            return Err(SamError::ForeignModule);
+        }
+        let (descent_grad_norm, matched) = params::grad_norm(&module, &grads, None);
+        check_grads_match(&grads, matched)?;
+        let pending = self.pending.take().expect("checked above");
+
+        params::sync_running_states(&module);
+        let module = module.map(&mut Restore {
+            snapshot: &pending.snapshot,
+        });
+        let outcome = if !descent_grad_norm.is_finite() {
+            StepOutcome::UpdateSkipped
+        } else if !pending.perturbed {
+            StepOutcome::AscentSkipped
+        } else {
+            StepOutcome::Applied
+        };
+        let module = match outcome {
+            StepOutcome::UpdateSkipped => {
+                log::warn!("SAM descent gradient norm is {descent_grad_norm}: skipping the update");
+                module
+            }
+            _ => self.base.step(lr, module, grads),
+        };
+        self.stats.steps += 1;
+        self.stats.ascents_skipped += u64::from(!pending.perturbed);
+        self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
+        let report = StepReport {
+            outcome,
+            ascent_grad_norm: pending.grad_norm,
+            descent_grad_norm,
+        };
+        log::debug!("SAM step {}: {report:?}", self.stats.steps);
+        Ok((module, report))
+    }
+
+    /// Both passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the base
+    /// optimizer steps `w`. Returns the updated module, the first pass's loss and a report.
+    pub fn step_with<M, B, F>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        mut loss: F,
+    ) -> Result<SamStep<M, B>, SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+        F: FnMut(&M) -> Tensor<B, 1>,
+    {
+        let first = loss(&module);
+        let grads = GradientsParams::from_grads(first.backward(), &module);
+        let perturbed = self.ascend(module, grads)?;
+        let second = loss(&perturbed);
+        let grads = GradientsParams::from_grads(second.backward(), &perturbed);
+        let (module, report) = self.descend(lr, perturbed, grads)?;
+        Ok(SamStep {
+            module,
+            loss: first.detach(),
+            report,
+        })
+    }
+}
+
+impl<O> core::fmt::Debug for Sam<O> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sam")
+            .field("config", &self.config)
+            .field("base", &core::any::type_name::<O>())
+            .field("perturbed", &self.pending.is_some())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn check_grads_match(grads: &GradientsParams, matched: usize) -> Result<(), SamError> {
+    if matched == grads.len() {
+        Ok(())
+    } else {
+        Err(SamError::ForeignGradients {
+            gradients: grads.len(),
+            matched,
+        })
+    }
+}
+
+/// `step` alternates between [`Sam::ascend`] and [`Sam::descend`], so a loop that runs
+/// forward, backward and `step` twice per batch gets SAM.
+///
+/// # Panics
+/// On misuse that would otherwise train silently wrong, with the [`SamError`] message: the
+/// gradients or the module of the second call do not belong to the module of the first.
+impl<M, B, O> Optimizer<M, B> for Sam<O>
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+    O: Optimizer<M, B>,
+{
+    type Record = (O::Record, SamStats);
+
+    fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        let stepped = if self.pending.is_none() {
+            self.ascend(module, grads)
+        } else {
+            self.descend(lr, module, grads).map(|(module, _)| module)
+        };
+        stepped.unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
+        let grads = params::merge_devices(&module, grads);
+        self.step(lr, module, grads)
+    }
+
+    /// The base optimizer's record and SAM's counters. A pending ascent is not part of it:
+    /// take records between steps.
+    fn to_record(&self) -> Self::Record {
+        (self.base.to_record(), self.stats)
+    }
+
+    fn load_record(mut self, (base, stats): Self::Record) -> Self {
+        self.base = self.base.load_record(base);
+        self.stats = stats;
+        self.pending = None;
+        self
+    }
+}

@@ -1,0 +1,10 @@
+//! The conformance suite on CUDA in f32.
+#![cfg(feature = "cuda")]
+
+mod suite;
+
+backend_suite!(
+    cuda_f32,
+    burn::backend::Autodiff<burn::backend::Cuda>,
+    burn::tensor::FloatDType::F32
+);

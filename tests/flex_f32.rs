@@ -1,0 +1,10 @@
+//! The conformance suite on Flex (pure-Rust CPU) in f32.
+#![cfg(feature = "flex")]
+
+mod suite;
+
+backend_suite!(
+    flex_f32,
+    burn::backend::Autodiff<burn::backend::Flex>,
+    burn::tensor::FloatDType::F32
+);

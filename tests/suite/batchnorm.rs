@@ -1,0 +1,79 @@
+//! BatchNorm's running statistics see each batch once (davda54/sam #17).
+
+use burn::module::Module;
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, Tensor};
+use burn_sam::SamConfig;
+
+use super::util::tensors;
+
+#[derive(Module, Debug)]
+struct Net<B: Backend> {
+    input: Linear<B>,
+    norm: BatchNorm<B>,
+    output: Linear<B>,
+}
+
+impl<B: AutodiffBackend> Net<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            input: LinearConfig::new(4, 6).init(device),
+            norm: BatchNormConfig::new(6).init(device),
+            output: LinearConfig::new(6, 2).init(device),
+        }
+    }
+
+    fn loss(&self, x: Tensor<B, 2>) -> Tensor<B, 1> {
+        let hidden = self.norm.forward(self.input.forward(x)).tanh();
+        self.output.forward(hidden).powi_scalar(2).mean()
+    }
+
+    /// An independent copy: clones share BatchNorm's running state, records do not.
+    fn copy(&self, device: &B::Device) -> Self {
+        Self::new(device).load_record(self.clone().into_record())
+    }
+
+    fn statistics(&self) -> Vec<Vec<f64>> {
+        [&self.norm.running_mean, &self.norm.running_var]
+            .map(|state| state.value_sync().into_data().iter::<f64>().collect())
+            .to_vec()
+    }
+}
+
+pub fn statistics_see_the_batch_once<B: AutodiffBackend>() {
+    let device = Default::default();
+    B::seed(&device, 11);
+    let start = Net::<B>::new(&device);
+    tensors(&start); // initialise the lazy parameters once, so that copies share them
+    let x = Tensor::<B, 2>::random([16, 4], Distribution::Normal(1.0, 2.0), &device);
+
+    // One forward pass at w: what the statistics must be after a SAM step.
+    let once = start.copy(&device);
+    drop(once.loss(x.clone()));
+    let expected = once.statistics();
+
+    // The same batch seen twice updates them twice: this is what the test guards against.
+    let twice = start.copy(&device);
+    drop(twice.loss(x.clone()));
+    drop(twice.loss(x.clone()));
+    assert_ne!(twice.statistics(), expected);
+
+    let config = SamConfig::new().with_rho(0.5);
+    let mut sam = config.init(SgdConfig::new().init());
+    let step = sam
+        .step_with(0.1, start.copy(&device), |net: &Net<B>| net.loss(x.clone()))
+        .unwrap();
+    assert_eq!(step.module.statistics(), expected, "step_with");
+    assert_ne!(tensors(&step.module.input), tensors(&start.input));
+
+    let mut sam = config.init(SgdConfig::new().init());
+    let mut net = start.copy(&device);
+    for _pass in 0..2 {
+        let grads = GradientsParams::from_grads(net.loss(x.clone()).backward(), &net);
+        net = sam.step(0.1, net, grads);
+    }
+    assert_eq!(net.statistics(), expected, "Optimizer::step");
+    assert_eq!(tensors(&net.input), tensors(&step.module.input));
+}

@@ -1,0 +1,96 @@
+//! Tests written once, generic over the autodiff backend. Each backend's test file
+//! instantiates them with [`backend_suite!`]; float types that a backend selects at run time
+//! (Flex) get a test binary each, since the default dtype is fixed per process.
+
+pub mod batchnorm;
+pub mod faults;
+pub mod misuse;
+pub mod parity;
+pub mod semantics;
+pub mod util;
+
+/// Instantiates every test of the suite for one autodiff backend.
+#[macro_export]
+macro_rules! backend_suite {
+    ($name:ident, $backend:ty, $dtype:expr) => {
+        mod $name {
+            use $crate::suite::*;
+            type B = $backend;
+
+            fn setup() {
+                util::use_float_dtype::<B>($dtype);
+            }
+
+            #[test]
+            fn parity_sam_sgd() {
+                setup();
+                parity::run::<B>("sam_sgd");
+            }
+            #[test]
+            fn parity_sam_sgd_momentum() {
+                setup();
+                parity::run::<B>("sam_sgd_momentum");
+            }
+            #[test]
+            fn parity_asam_sgd() {
+                setup();
+                parity::run::<B>("asam_sgd");
+            }
+            #[test]
+            fn parity_asam_eta_sgd() {
+                setup();
+                parity::run::<B>("asam_eta_sgd");
+            }
+            #[test]
+            fn parity_sam_adam() {
+                setup();
+                parity::run::<B>("sam_adam");
+            }
+            #[test]
+            fn rho_zero_equals_base_optimizer() {
+                setup();
+                semantics::rho_zero_equals_base_optimizer::<B>();
+            }
+            #[test]
+            fn api_forms_agree() {
+                setup();
+                semantics::api_forms_agree::<B>();
+            }
+            #[test]
+            fn frozen_and_unused_parameters_untouched() {
+                setup();
+                semantics::frozen_and_unused_parameters_untouched::<B>();
+            }
+            #[test]
+            fn record_round_trip_resumes_exactly() {
+                setup();
+                semantics::record_round_trip_resumes_exactly::<B>();
+            }
+            #[test]
+            fn batchnorm_statistics_see_the_batch_once() {
+                setup();
+                batchnorm::statistics_see_the_batch_once::<B>();
+            }
+            #[test]
+            fn misuse_is_reported() {
+                setup();
+                misuse::errors_name_the_mistake::<B>();
+            }
+            #[test]
+            fn misuse_through_optimizer_step_panics_clearly() {
+                setup();
+                misuse::optimizer_step_panics_clearly::<B>();
+            }
+            #[test]
+            fn non_finite_ascent_falls_back_to_base_step() {
+                setup();
+                faults::non_finite_ascent_falls_back_to_base_step::<B>();
+            }
+            #[test]
+            fn non_finite_descent_changes_nothing() {
+                setup();
+                faults::non_finite_descent_changes_nothing::<B>();
+            }
+        }
+    };
+}

@@ -1,0 +1,219 @@
+//! rho = 0, the three ways to drive SAM, untouched parameters, resume from a record.
+
+use burn::module::{AutodiffModule, Module};
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
+use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+use burn_sam::SamConfig;
+use burn_sam_suite::Mlp;
+
+use super::util::{assert_close, batch_grads, mse, narrow_scalars, problem, tensors};
+
+/// Drives `optim` through `Optimizer::step`, twice per batch (SAM's protocol).
+fn sam_steps<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
+    optim: &mut O,
+    mut model: Mlp<B>,
+    batches: &[(Tensor<B, 2>, Tensor<B, 2>)],
+    lr: f64,
+) -> Mlp<B> {
+    for batch in batches {
+        for _pass in 0..2 {
+            let grads = batch_grads(&model, batch);
+            model = optim.step(lr, model, grads);
+        }
+    }
+    model
+}
+
+pub fn rho_zero_equals_base_optimizer<B: AutodiffBackend>() {
+    let problem = problem::<B>(10);
+    let lr = 1e-2;
+
+    let mut adam = AdamConfig::new().init();
+    let mut base = problem.model.clone();
+    for batch in &problem.batches {
+        let grads = batch_grads(&base, batch);
+        base = adam.step(lr, base, grads);
+    }
+
+    let mut sam = SamConfig::new()
+        .with_rho(0.0)
+        .init(AdamConfig::new().init());
+    let with_sam = sam_steps(&mut sam, problem.model.clone(), &problem.batches, lr);
+
+    let start = tensors(&problem.model);
+    assert_ne!(
+        tensors(&base),
+        start,
+        "the base optimizer must move the weights"
+    );
+    assert_eq!(
+        tensors(&with_sam),
+        tensors(&base),
+        "rho = 0 must be the base optimizer"
+    );
+}
+
+pub fn api_forms_agree<B: AutodiffBackend>() {
+    let problem = problem::<B>(3);
+    let lr = 0.05;
+    let config = SamConfig::new().with_rho(0.1);
+    let base = || {
+        SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new()))
+            .init()
+    };
+
+    let mut optim = config.init(base());
+    let by_step = sam_steps(&mut optim, problem.model.clone(), &problem.batches, lr);
+
+    let mut optim = config.init(base());
+    let mut explicit = problem.model.clone();
+    for batch in &problem.batches {
+        let grads = batch_grads(&explicit, batch);
+        let perturbed = optim.ascend(explicit, grads).unwrap();
+        let grads = batch_grads(&perturbed, batch);
+        explicit = optim.descend(lr, perturbed, grads).unwrap().0;
+    }
+
+    let mut optim = config.init(base());
+    let mut closure = problem.model.clone();
+    for (x, y) in &problem.batches {
+        let step = optim
+            .step_with(lr, closure, |m: &Mlp<B>| {
+                mse(m.forward(x.clone()), y.clone())
+            })
+            .unwrap();
+        assert!(step.loss.into_scalar().to_string().parse::<f64>().unwrap() > 0.0);
+        closure = step.module;
+    }
+
+    assert_ne!(tensors(&by_step), tensors(&problem.model));
+    assert_eq!(
+        tensors(&explicit),
+        tensors(&by_step),
+        "ascend/descend vs step"
+    );
+    assert_eq!(tensors(&closure), tensors(&by_step), "step_with vs step");
+    assert_eq!(optim.stats().steps, 3);
+}
+
+#[derive(Module, Debug)]
+struct PartlyFrozen<B: burn::tensor::backend::Backend> {
+    frozen: Linear<B>,
+    trained: Linear<B>,
+    unused: Linear<B>,
+}
+
+impl<B: AutodiffBackend> PartlyFrozen<B> {
+    fn new() -> Self {
+        let device = Default::default();
+        B::seed(&device, 3);
+        Self {
+            frozen: LinearConfig::new(4, 6).init(&device).no_grad(),
+            trained: LinearConfig::new(6, 2).init(&device),
+            unused: LinearConfig::new(2, 2).init(&device),
+        }
+    }
+
+    fn grads(&self, x: Tensor<B, 2>) -> GradientsParams {
+        let out = self.trained.forward(self.frozen.forward(x).tanh());
+        let loss = out.powi_scalar(2).mean();
+        GradientsParams::from_grads(loss.backward(), self)
+    }
+}
+
+pub fn frozen_and_unused_parameters_untouched<B: AutodiffBackend>() {
+    let model = PartlyFrozen::<B>::new();
+    let x = Tensor::<B, 2>::ones([3, 4], &Default::default());
+    let frozen = tensors(&model.frozen);
+    let unused = tensors(&model.unused);
+    let trained = tensors(&model.trained);
+
+    let mut optim = SamConfig::new()
+        .with_rho(0.5)
+        .with_adaptive(true)
+        .with_eta(0.01)
+        .init(AdamConfig::new().init());
+    let mut model = model;
+    for _ in 0..5 {
+        let grads = model.grads(x.clone());
+        let perturbed = optim.ascend(model, grads).unwrap();
+        assert_eq!(
+            tensors(&perturbed.frozen),
+            frozen,
+            "ascent moved a frozen parameter"
+        );
+        assert_eq!(
+            tensors(&perturbed.unused),
+            unused,
+            "ascent moved an unused parameter"
+        );
+        let grads = perturbed.grads(x.clone());
+        model = optim.descend(0.1, perturbed, grads).unwrap().0;
+    }
+    assert_eq!(tensors(&model.frozen), frozen);
+    assert_eq!(tensors(&model.unused), unused);
+    assert_ne!(
+        tensors(&model.trained),
+        trained,
+        "the trained layer must move"
+    );
+    assert!(!model.frozen.weight.is_require_grad());
+    assert!(model.trained.weight.is_require_grad());
+    assert!(model
+        .valid()
+        .trained
+        .weight
+        .val()
+        .into_data()
+        .iter::<f64>()
+        .all(f64::is_finite));
+}
+
+pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
+    let problem = problem::<B>(6);
+    let (first, second) = problem.batches.split_at(3);
+    let lr = 1e-2;
+    let config = SamConfig::new().with_rho(0.05);
+
+    let mut uninterrupted = config.init(AdamConfig::new().init());
+    let expected = sam_steps(
+        &mut uninterrupted,
+        problem.model.clone(),
+        &problem.batches,
+        lr,
+    );
+
+    let mut optim = config.init(AdamConfig::new().init());
+    let model = sam_steps(&mut optim, problem.model.clone(), first, lr);
+    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
+    let bytes = recorder.record(optim.to_record(), ()).unwrap();
+    drop(optim);
+
+    let record = recorder.load(bytes, &Default::default()).unwrap();
+    let mut resumed = config.init(AdamConfig::new().init()).load_record(record);
+    assert_eq!(
+        resumed.stats().steps,
+        3,
+        "SAM's counters are part of the record"
+    );
+    let model = sam_steps(&mut resumed, model, second, lr);
+
+    if narrow_scalars::<B>() {
+        // Burn loads records through the backend's FloatElem (f32 on Flex).
+        assert_close(&tensors(&model), &tensors(&expected), 1e-8, "resumed");
+    } else {
+        assert_eq!(tensors(&model), tensors(&expected));
+    }
+
+    // Without the base optimizer's moments, the trajectory differs (davda54/sam #73).
+    let mut fresh = config.init(AdamConfig::new().init());
+    let partial = sam_steps(&mut fresh, problem.model.clone(), first, lr);
+    let mut amnesic = config.init(AdamConfig::new().init());
+    let lost = sam_steps(&mut amnesic, partial, second, lr);
+    assert_ne!(tensors(&lost), tensors(&expected));
+}

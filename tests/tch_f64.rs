@@ -1,0 +1,10 @@
+//! The conformance suite on LibTorch in f64.
+#![cfg(feature = "tch")]
+
+mod suite;
+
+backend_suite!(
+    tch_f64,
+    burn::backend::Autodiff<burn::backend::LibTorch<f64>>,
+    burn::tensor::FloatDType::F64
+);
