@@ -2,8 +2,9 @@
 //!
 //! - `ci`: formatting, clippy and the tests, as `.ci/run` checks them.
 //! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch`).
-//! - `bench`: runs the benchmarks and prints the ratios.
+//! - `bench`: runs the benchmarks on Flex and prints SAM's cost against two base steps.
 
+use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
 fn run(program: &str, args: &[&str]) {
@@ -16,6 +17,42 @@ fn run(program: &str, args: &[&str]) {
         eprintln!("`{program} {}` failed: {status}", args.join(" "));
         exit(status.code().unwrap_or(1));
     }
+}
+
+/// Criterion's mean estimate, in milliseconds, for `group/function`.
+fn mean_ms(group: &Path, function: &str) -> f64 {
+    let path = group.join(function).join("new/estimates.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+    let estimates: serde_json::Value = serde_json::from_str(&text).expect("criterion estimates");
+    estimates["mean"]["point_estimate"]
+        .as_f64()
+        .expect("mean.point_estimate")
+        / 1e6
+}
+
+fn bench() {
+    run("cargo", &["bench", "--bench", "sam_step"]);
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let criterion = PathBuf::from(target).join("criterion");
+    let groups = std::fs::read_dir(&criterion).expect("criterion output");
+    println!("\n| model | base step (ms) | SAM step (ms) | ASAM step (ms) | sam_over_base | asam_over_base |");
+    println!("|---|---|---|---|---|---|");
+    for group in groups.flatten().map(|entry| entry.path()) {
+        let name = group.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("mlp_") {
+            continue;
+        }
+        let base = mean_ms(&group, "base_step");
+        let sam = mean_ms(&group, "sam_step");
+        let asam = mean_ms(&group, "asam_step");
+        println!(
+            "| {name} | {base:.2} | {sam:.2} | {asam:.2} | {:.3} | {:.3} |",
+            sam / (2.0 * base),
+            asam / (2.0 * base)
+        );
+    }
+    println!("\nsam_over_base = SAM step / (2 x base step); SAM's physical limit is 1.0 here.");
 }
 
 fn main() {
@@ -37,7 +74,7 @@ fn main() {
             run("cargo", &["test", "--workspace"]);
         }
         "reference" => run("python3", &["reference/sam_reference.py"]),
-        "bench" => run("cargo", &["bench", "--bench", "sam_step"]),
+        "bench" => bench(),
         _ => {
             eprintln!("usage: cargo xtask <ci | reference | bench>");
             exit(2);

@@ -160,7 +160,7 @@ impl<O> Sam<O> {
         };
         params::sync_running_states(&module);
         let mut perturb = Perturb {
-            grads: &grads,
+            grads,
             eta: self.eta(),
             scale,
             snapshot: Snapshot::new(),
@@ -203,7 +203,7 @@ impl<O> Sam<O> {
 
         params::sync_running_states(&module);
         let module = module.map(&mut Restore {
-            snapshot: &pending.snapshot,
+            snapshot: pending.snapshot,
         });
         let outcome = if !descent_grad_norm.is_finite() {
             StepOutcome::UpdateSkipped
