@@ -1,6 +1,7 @@
 use burn::config::Config;
 
-use crate::{Sam, SamError};
+use crate::precision::MixedPrecision;
+use crate::{LossScalerConfig, Sam, SamError};
 
 /// Configuration of [`Sam`]: Sharpness-Aware Minimization (Foret et al., 2021) and its
 /// adaptive variant ASAM (Kwon et al., 2021).
@@ -34,6 +35,13 @@ pub struct SamConfig {
     /// Added to the gradient norm before dividing by it. Allowed: finite and `> 0`.
     #[config(default = 1e-12)]
     pub eps: f64,
+    /// Dynamic loss scaling for f16/bf16 training; `None` trains unscaled.
+    #[config(default = "None")]
+    pub loss_scaling: Option<LossScalerConfig>,
+    /// Step parameters narrower than f32 through f32 master copies kept in the optimizer
+    /// (without them, updates below half an f16 ulp of the weight are rounded away).
+    #[config(default = true)]
+    pub master_weights: bool,
 }
 
 impl SamConfig {
@@ -49,7 +57,13 @@ impl SamConfig {
     /// Wraps `base` into a [`Sam`] optimizer, or says which field is invalid.
     pub fn try_init<O>(&self, base: O) -> Result<Sam<O>, SamError> {
         self.validate()?;
-        Ok(Sam::new(self.clone(), base))
+        let scaler = self
+            .loss_scaling
+            .as_ref()
+            .map(LossScalerConfig::try_init)
+            .transpose()?;
+        let precision = MixedPrecision::new(scaler, self.master_weights);
+        Ok(Sam::new(self.clone(), base, precision))
     }
 
     /// Checks every field against its allowed range.
@@ -82,7 +96,7 @@ impl SamConfig {
     }
 }
 
-fn check(field: &'static str, value: f64, allowed: &'static str, ok: bool) -> Result<(), SamError> {
+pub(crate) fn check(field: &'static str, value: f64, allowed: &'static str, ok: bool) -> Result<(), SamError> {
     if ok {
         Ok(())
     } else {

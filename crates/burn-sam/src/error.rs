@@ -1,5 +1,7 @@
 use core::fmt;
 
+use crate::LossScaleError;
+
 /// What went wrong when configuring or driving a [`Sam`](crate::Sam) optimizer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SamError {
@@ -25,6 +27,14 @@ pub enum SamError {
     },
     /// The module given to the descent is not the one the ascent returned.
     ForeignModule,
+    /// The loss scale hit its minimum and kept overflowing (`max_overflows_at_min`).
+    LossScale(LossScaleError),
+}
+
+impl From<LossScaleError> for SamError {
+    fn from(error: LossScaleError) -> Self {
+        Self::LossScale(error)
+    }
 }
 
 impl fmt::Display for SamError {
@@ -53,6 +63,7 @@ impl fmt::Display for SamError {
                 "SAM descent got a module whose parameters differ from the ascent's: \
                  pass the module returned by the ascent"
             ),
+            Self::LossScale(error) => error.fmt(f),
         }
     }
 }

@@ -30,9 +30,15 @@
 
 mod config;
 mod error;
+mod loss_scaled;
 mod params;
+mod precision;
 mod sam;
+mod scaler;
 
 pub use config::SamConfig;
 pub use error::SamError;
-pub use sam::{Sam, SamStats, SamStep, StepOutcome, StepReport};
+pub use loss_scaled::{LossScaled, LossScaledConfig, ScaledStepReport};
+pub use precision::{MasterWeightRecord, MixedPrecisionRecord};
+pub use sam::{Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
+pub use scaler::{LossScaleError, LossScaler, LossScalerConfig, LossScalerRecord};

@@ -16,7 +16,7 @@ pub(crate) type Snapshot = HashMap<ParamId, Arc<dyn Any + Send + Sync>>;
 
 /// The dtype SAM computes in: f64 stays f64, everything narrower is widened to f32
 /// (eps = 1e-12 is 0 in f16, and squared f16 gradients overflow at 256).
-fn widen<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
+pub(crate) fn widen<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
     let dtype = match tensor.dtype() {
         DType::F64 => FloatDType::F64,
         _ => FloatDType::F32,

@@ -2,11 +2,12 @@ use burn::module::AutodiffModule;
 use burn::optim::LearningRate;
 use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
 use burn::record::Record;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use crate::params::{self, Perturb, Restore, Snapshot};
-use crate::{SamConfig, SamError};
+use crate::precision::{MixedPrecision, MixedPrecisionRecord};
+use crate::{LossScaler, SamConfig, SamError};
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`.
 ///
@@ -45,6 +46,7 @@ pub struct Sam<O> {
     base: O,
     pending: Option<Pending>,
     stats: SamStats,
+    precision: MixedPrecision,
 }
 
 /// What the ascent leaves for the descent.
@@ -53,6 +55,8 @@ struct Pending {
     snapshot: Snapshot,
     grad_norm: f64,
     perturbed: bool,
+    /// The ascent overflowed and already made this step's one loss-scale update.
+    scale_updated: bool,
 }
 
 /// Counters of what SAM did, saved in its record.
@@ -64,6 +68,15 @@ pub struct SamStats {
     pub ascents_skipped: u64,
     /// Steps whose descent gradient was not finite: weights and base state left untouched.
     pub updates_skipped: u64,
+}
+
+/// SAM's own state, saved beside the base optimizer's record.
+#[derive(Record, Clone, Debug)]
+pub struct SamRecord {
+    /// Counters.
+    pub stats: SamStats,
+    /// Loss scaler and f32 master weights.
+    pub mixed_precision: MixedPrecisionRecord,
 }
 
 /// What one SAM step did.
@@ -87,6 +100,8 @@ pub struct StepReport {
     pub ascent_grad_norm: f64,
     /// `||g||` of the descent gradient, the one the base optimizer steps with.
     pub descent_grad_norm: f64,
+    /// The loss scale of the descent pass (1 without loss scaling). Norms are unscaled.
+    pub loss_scale: f32,
 }
 
 /// The result of [`Sam::step_with`].
@@ -101,13 +116,30 @@ pub struct SamStep<M, B: AutodiffBackend> {
 }
 
 impl<O> Sam<O> {
-    pub(crate) fn new(config: SamConfig, base: O) -> Self {
+    pub(crate) fn new(config: SamConfig, base: O, precision: MixedPrecision) -> Self {
         Self {
             config,
             base,
             pending: None,
             stats: SamStats::default(),
+            precision,
         }
+    }
+
+    /// The loss scaler, when loss scaling is on.
+    pub fn loss_scaler(&self) -> Option<&LossScaler> {
+        self.precision.scaler.as_ref()
+    }
+
+    /// The current loss scale, 1 without loss scaling.
+    pub fn loss_scale(&self) -> f32 {
+        self.precision.loss_scale()
+    }
+
+    /// `loss * scale` in f32, to call `backward` on when driving the phases yourself; the loss
+    /// unchanged without loss scaling. [`Sam::step_with`] does this for you.
+    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
+        self.precision.scale_loss(loss)
     }
 
     /// The configuration.
@@ -137,8 +169,11 @@ impl<O> Sam<O> {
     /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
     /// and keeps `w` for [`Sam::descend`].
     ///
-    /// When the gradient is not finite the module is returned unperturbed (the step will be
-    /// a plain base step) and a warning is logged; nothing non-finite is written.
+    /// `grads` may be loss-scaled ([`Sam::scale_loss`]): the norm is unscaled for free.
+    /// When the gradient is not finite (an overflow) the module is returned unperturbed, the
+    /// loss scale backs off (this step's one update) and the step becomes a plain base step
+    /// with the descent gradient, taken at `w` with the reduced scale. A warning is logged;
+    /// nothing non-finite is written.
     pub fn ascend<M, B>(&mut self, module: M, grads: GradientsParams) -> Result<M, SamError>
     where
         M: AutodiffModule<B>,
@@ -147,14 +182,18 @@ impl<O> Sam<O> {
         if self.pending.is_some() {
             return Err(SamError::AscentPending);
         }
-        let (grad_norm, matched) = params::grad_norm(&module, &grads, self.eta());
+        let loss_scale = f64::from(self.loss_scale());
+        let (scaled_norm, matched) = params::grad_norm(&module, &grads, self.eta());
         check_grads_match(&grads, matched)?;
+        let grad_norm = scaled_norm / loss_scale;
         let perturbed = grad_norm.is_finite();
         if !perturbed {
             log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
+            self.precision.update(true)?;
         }
+        // e = rho * a^2 * g / (||a g|| + eps), with g = scaled gradient / loss_scale.
         let scale = if perturbed {
-            self.config.rho / (grad_norm + self.config.eps)
+            self.config.rho / (loss_scale * (grad_norm + self.config.eps))
         } else {
             0.0
         };
@@ -170,6 +209,7 @@ impl<O> Sam<O> {
             snapshot: perturb.snapshot,
             grad_norm,
             perturbed,
+            scale_updated: !perturbed && self.precision.scaler.is_some(),
         });
         Ok(module)
     }
@@ -178,8 +218,11 @@ impl<O> Sam<O> {
     /// base optimizer using `grads`, the gradient taken at the perturbed `module`.
     ///
     /// Running statistics (BatchNorm) are restored to their values after the first pass, as
-    /// if the batch had been seen once. When `grads` is not finite, nothing is stepped: the
-    /// unperturbed weights and the base optimizer's state are returned unchanged.
+    /// if the batch had been seen once. `grads` may be loss-scaled: they are unscaled in f32
+    /// before the base optimizer sees them, and parameters narrower than f32 are stepped
+    /// through f32 master weights. When `grads` is not finite, nothing is stepped: the
+    /// unperturbed weights and the base optimizer's state are returned unchanged, and the loss
+    /// scale backs off.
     pub fn descend<M, B>(
         &mut self,
         lr: LearningRate,
@@ -197,8 +240,10 @@ impl<O> Sam<O> {
         if !params::snapshot_covers(&module, &pending.snapshot) {
             return Err(SamError::ForeignModule);
         }
-        let (descent_grad_norm, matched) = params::grad_norm(&module, &grads, None);
+        let loss_scale = self.loss_scale();
+        let (scaled_norm, matched) = params::grad_norm(&module, &grads, None);
         check_grads_match(&grads, matched)?;
+        let descent_grad_norm = scaled_norm / f64::from(loss_scale);
         let pending = self.pending.take().expect("checked above");
 
         params::sync_running_states(&module);
@@ -217,8 +262,14 @@ impl<O> Sam<O> {
                 log::warn!("SAM descent gradient norm is {descent_grad_norm}: skipping the update");
                 module
             }
-            _ => self.base.step(lr, module, grads),
+            _ => self
+                .precision
+                .step(&mut self.base, lr, module, grads),
         };
+        if !pending.scale_updated {
+            self.precision
+                .update(outcome == StepOutcome::UpdateSkipped)?;
+        }
         self.stats.steps += 1;
         self.stats.ascents_skipped += u64::from(!pending.perturbed);
         self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
@@ -226,6 +277,7 @@ impl<O> Sam<O> {
             outcome,
             ascent_grad_norm: pending.grad_norm,
             descent_grad_norm,
+            loss_scale,
         };
         log::debug!("SAM step {}: {report:?}", self.stats.steps);
         Ok((module, report))
@@ -233,6 +285,8 @@ impl<O> Sam<O> {
 
     /// Both passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the base
     /// optimizer steps `w`. Returns the updated module, the first pass's loss and a report.
+    /// With loss scaling the losses are scaled before each backward pass: the closure is the
+    /// same as in f32 training.
     pub fn step_with<M, B, F>(
         &mut self,
         lr: LearningRate,
@@ -246,9 +300,10 @@ impl<O> Sam<O> {
         F: FnMut(&M) -> Tensor<B, 1>,
     {
         let first = loss(&module);
-        let grads = GradientsParams::from_grads(first.backward(), &module);
+        let scaled = self.scale_loss(first.clone());
+        let grads = GradientsParams::from_grads(scaled.backward(), &module);
         let perturbed = self.ascend(module, grads)?;
-        let second = loss(&perturbed);
+        let second = self.scale_loss(loss(&perturbed));
         let grads = GradientsParams::from_grads(second.backward(), &perturbed);
         let (module, report) = self.descend(lr, perturbed, grads)?;
         Ok(SamStep {
@@ -266,6 +321,7 @@ impl<O> core::fmt::Debug for Sam<O> {
             .field("base", &core::any::type_name::<O>())
             .field("perturbed", &self.pending.is_some())
             .field("stats", &self.stats)
+            .field("loss_scale", &self.loss_scale())
             .finish()
     }
 }
@@ -293,7 +349,7 @@ where
     B: AutodiffBackend,
     O: Optimizer<M, B>,
 {
-    type Record = (O::Record, SamStats);
+    type Record = (O::Record, SamRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
         let stepped = if self.pending.is_none() {
@@ -309,15 +365,20 @@ where
         self.step(lr, module, grads)
     }
 
-    /// The base optimizer's record and SAM's counters. A pending ascent is not part of it:
-    /// take records between steps.
+    /// The base optimizer's record and SAM's own: counters, loss scaler, master weights.
+    /// A pending ascent is not part of it: take records between steps.
     fn to_record(&self) -> Self::Record {
-        (self.base.to_record(), self.stats)
+        let own = SamRecord {
+            stats: self.stats,
+            mixed_precision: self.precision.to_record::<B>(),
+        };
+        (self.base.to_record(), own)
     }
 
-    fn load_record(mut self, (base, stats): Self::Record) -> Self {
+    fn load_record(mut self, (base, own): Self::Record) -> Self {
         self.base = self.base.load_record(base);
-        self.stats = stats;
+        self.stats = own.stats;
+        self.precision.load_record(own.mixed_precision);
         self.pending = None;
         self
     }

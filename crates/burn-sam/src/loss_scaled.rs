@@ -1,0 +1,169 @@
+use burn::config::Config;
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::Tensor;
+
+use crate::params;
+use crate::precision::{MixedPrecision, MixedPrecisionRecord};
+use crate::{LossScaler, LossScalerConfig, SamError};
+
+/// Configuration of [`LossScaled`]: loss scaling and f32 master weights for any Burn
+/// optimizer, without SAM.
+#[derive(Config, Debug)]
+pub struct LossScaledConfig {
+    /// The dynamic loss scale.
+    pub loss_scaling: LossScalerConfig,
+    /// Step parameters narrower than f32 through f32 master copies.
+    #[config(default = true)]
+    pub master_weights: bool,
+}
+
+impl LossScaledConfig {
+    /// Wraps `base`.
+    ///
+    /// # Panics
+    /// When the loss scaler's configuration is invalid, naming the field.
+    pub fn init<O>(&self, base: O) -> LossScaled<O> {
+        self.try_init(base).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Wraps `base`, or says which field is invalid.
+    pub fn try_init<O>(&self, base: O) -> Result<LossScaled<O>, SamError> {
+        let scaler = self.loss_scaling.try_init()?;
+        Ok(LossScaled {
+            base,
+            precision: MixedPrecision::new(Some(scaler), self.master_weights),
+        })
+    }
+}
+
+/// Mixed-precision training for any Burn optimizer: scale the loss with
+/// [`LossScaled::scale_loss`] before `backward`, then `step` as usual. Each step checks the
+/// gradients once (one device read); on overflow it skips the update, leaving weights and
+/// optimizer state untouched, and backs the scale off; otherwise it unscales the gradients
+/// in f32 and steps, through f32 master weights for f16/bf16 parameters.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+/// use burn::tensor::Tensor;
+/// use burn_sam::{LossScaledConfig, LossScalerConfig};
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let mut model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+/// let mut optim = LossScaledConfig::new(LossScalerConfig::new()).init(AdamConfig::new().init());
+/// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).powi_scalar(2).mean();
+/// let grads = GradientsParams::from_grads(optim.scale_loss(loss).backward(), &model);
+/// model = optim.step(1e-3, model, grads);
+/// ```
+#[derive(Clone)]
+pub struct LossScaled<O> {
+    base: O,
+    precision: MixedPrecision,
+}
+
+/// What one loss-scaled step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaledStepReport {
+    /// Whether the update was applied (false: the gradients overflowed).
+    pub applied: bool,
+    /// The unscaled gradient norm.
+    pub grad_norm: f64,
+    /// The loss scale the gradients were computed with.
+    pub loss_scale: f32,
+}
+
+impl<O> LossScaled<O> {
+    /// The wrapped base optimizer.
+    pub fn base(&self) -> &O {
+        &self.base
+    }
+
+    /// The loss scaler.
+    pub fn loss_scaler(&self) -> &LossScaler {
+        self.precision.scaler.as_ref().expect("always set")
+    }
+
+    /// The current loss scale.
+    pub fn loss_scale(&self) -> f32 {
+        self.precision.loss_scale()
+    }
+
+    /// `loss * scale`, in f32: call `backward` on this.
+    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
+        self.precision.scale_loss(loss)
+    }
+
+    /// One step with gradients of the scaled loss, reporting what happened.
+    pub fn try_step<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<(M, ScaledStepReport), SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let loss_scale = self.loss_scale();
+        let (scaled_norm, matched) = params::grad_norm(&module, &grads, None);
+        if matched != grads.len() {
+            return Err(SamError::ForeignGradients {
+                gradients: grads.len(),
+                matched,
+            });
+        }
+        let grad_norm = scaled_norm / f64::from(loss_scale);
+        let applied = grad_norm.is_finite();
+        let module = if applied {
+            self.precision.step(&mut self.base, lr, module, grads)
+        } else {
+            log::warn!("gradient overflow at loss scale {loss_scale}: skipping the update");
+            module
+        };
+        self.precision.update(!applied)?;
+        let report = ScaledStepReport {
+            applied,
+            grad_norm,
+            loss_scale,
+        };
+        Ok((module, report))
+    }
+}
+
+/// # Panics
+/// On foreign gradients or when `max_overflows_at_min` is reached, with the message.
+impl<M, B, O> Optimizer<M, B> for LossScaled<O>
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+    O: Optimizer<M, B>,
+{
+    type Record = (O::Record, MixedPrecisionRecord);
+
+    fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        match self.try_step(lr, module, grads) {
+            Ok((module, _)) => module,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
+        let grads = params::merge_devices(&module, grads);
+        self.step(lr, module, grads)
+    }
+
+    fn to_record(&self) -> Self::Record {
+        (self.base.to_record(), self.precision.to_record::<B>())
+    }
+
+    fn load_record(mut self, (base, precision): Self::Record) -> Self {
+        self.base = self.base.load_record(base);
+        self.precision.load_record(precision);
+        self
+    }
+}
