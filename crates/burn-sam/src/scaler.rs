@@ -193,8 +193,8 @@ impl LossScaler {
             state.overflows_at_min = 0;
             state.growth_tracker += 1;
             if state.growth_tracker == config.growth_interval {
-                // f32 arithmetic, as torch's `_amp_update_scale_`.
-                let grown = state.scale * config.growth_factor as f32;
+                // Multiplied in f64 and stored in f32, as torch's `_amp_update_scale_`.
+                let grown = (f64::from(state.scale) * config.growth_factor) as f32;
                 if grown.is_finite() {
                     state.scale = config
                         .max_scale
@@ -213,7 +213,7 @@ impl LossScaler {
             return Ok(());
         }
         let floor = config.min_scale.map_or(0.0, |min| min as f32);
-        let backed_off = (state.scale * config.backoff_factor as f32).max(floor);
+        let backed_off = ((f64::from(state.scale) * config.backoff_factor) as f32).max(floor);
         // Below f32's smallest normal number the scale cannot help any more.
         let at_min = backed_off == state.scale || backed_off < f32::MIN_POSITIVE;
         state.scale = backed_off;
