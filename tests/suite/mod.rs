@@ -2,9 +2,13 @@
 //! instantiates them with [`backend_suite!`]; float types that a backend selects at run time
 //! (Flex) get a test binary each, since the default dtype is fixed per process.
 
+// Each test binary instantiates the part of the suite its backend and float type support.
+#![allow(dead_code)]
+
 pub mod batchnorm;
 pub mod faults;
 pub mod misuse;
+pub mod mixed_precision;
 pub mod parity;
 pub mod semantics;
 pub mod util;
@@ -90,6 +94,52 @@ macro_rules! backend_suite {
             fn non_finite_descent_changes_nothing() {
                 setup();
                 faults::non_finite_descent_changes_nothing::<B>();
+            }
+        }
+    };
+}
+
+/// Instantiates the mixed-precision tests for one autodiff backend, in f16.
+#[macro_export]
+macro_rules! f16_suite {
+    ($name:ident, $backend:ty) => {
+        mod $name {
+            use $crate::suite::*;
+            type B = $backend;
+
+            fn setup() {
+                util::use_float_dtype::<B>(burn::tensor::FloatDType::F16);
+            }
+
+            #[test]
+            fn ascent_moves_by_rho_and_descent_by_the_true_gradient() {
+                setup();
+                mixed_precision::ascent_moves_by_rho_and_descent_by_the_true_gradient::<B>();
+            }
+            #[test]
+            fn faults_never_reach_the_weights() {
+                setup();
+                mixed_precision::faults_never_reach_the_weights::<B>();
+            }
+            #[test]
+            fn underflowing_gradients_train_with_scaling() {
+                setup();
+                mixed_precision::underflowing_gradients_train_with_scaling::<B>();
+            }
+            #[test]
+            fn master_weights_keep_small_updates() {
+                setup();
+                mixed_precision::master_weights_keep_small_updates::<B>();
+            }
+            #[test]
+            fn record_round_trip_resumes_exactly() {
+                setup();
+                mixed_precision::record_round_trip_resumes_exactly::<B>();
+            }
+            #[test]
+            fn default_scale_backs_off_until_it_fits() {
+                setup();
+                mixed_precision::default_scale_backs_off_until_it_fits::<B>();
             }
         }
     };

@@ -1,0 +1,6 @@
+//! Mixed precision on Flex with real f16 arithmetic.
+#![cfg(feature = "flex")]
+
+mod suite;
+
+f16_suite!(flex_f16, burn::backend::Autodiff<burn::backend::Flex>);

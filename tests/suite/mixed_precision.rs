@@ -1,0 +1,282 @@
+//! Mixed precision with real f16 arithmetic: loss scaling, overflow handling, f32 master
+//! weights. Instantiated for backends whose default float type is f16.
+
+use burn::module::Param;
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer, SgdConfig};
+use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, Tensor};
+use burn_sam::{
+    LossScaledConfig, LossScalerConfig, Sam, SamConfig, StepOutcome,
+};
+use burn_sam_suite::Mlp;
+
+use super::util::{float_dtype, grads, mse, poison, problem, tensors};
+
+fn scaled_grads<B: AutodiffBackend>(
+    sam: &Sam<impl Clone>,
+    model: &Mlp<B>,
+    (x, y): &(Tensor<B, 2>, Tensor<B, 2>),
+) -> GradientsParams {
+    grads(model, sam.scale_loss(mse(model.forward(x.clone()), y.clone())))
+}
+
+fn distance(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
+    let pairs = a.iter().flatten().zip(b.iter().flatten());
+    pairs.map(|(a, b)| (a - b).powi(2)).sum::<f64>().sqrt()
+}
+
+/// davda54/sam under a GradScaler without unscaling: its f16 norm of the scaled gradients
+/// overflows, and the base optimizer would step with `scale` times the gradient. Ours moves
+/// the weights by rho and steps with the true gradient.
+pub fn ascent_moves_by_rho_and_descent_by_the_true_gradient<B: AutodiffBackend>() {
+    assert_eq!(float_dtype::<B>(), DType::F16);
+    let problem = problem::<B>(1);
+    let (model, batch) = (problem.model, &problem.batches[0]);
+    let (rho, lr, scale) = (0.05, 0.5, 1024.0);
+    let mut sam = SamConfig::new()
+        .with_rho(rho)
+        .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(scale)))
+        .init(SgdConfig::new().init());
+
+    let grads = scaled_grads(&sam, &model, batch);
+    let layer = &model.layers[0].weight;
+    let grad = grads.get::<B::InnerBackend, 2>(layer.id).unwrap();
+    assert_eq!(grad.dtype(), DType::F16, "real f16 gradients");
+    let naive = grad.powi_scalar(2).sum().into_data().iter::<f64>().next().unwrap();
+    assert!(naive.is_infinite(), "the seed's bug: f16 norm of scaled gradients = {naive}");
+
+    let w = tensors(&model);
+    let perturbed = sam.ascend(model, grads).unwrap();
+    let moved = distance(&tensors(&perturbed), &w);
+    assert!((moved - rho).abs() < 0.03 * rho, "moved {moved}, rho {rho}");
+
+    let grads = scaled_grads(&sam, &perturbed, batch);
+    let (stepped, report) = sam.descend(lr, perturbed, grads).unwrap();
+    assert_eq!(report.outcome, StepOutcome::Applied);
+    assert_eq!(report.loss_scale, scale as f32);
+    let moved = distance(&tensors(&stepped), &w);
+    let expected = lr * report.descent_grad_norm;
+    assert!(
+        (moved - expected).abs() < 0.03 * expected,
+        "stepped {moved}, lr * ||g|| = {expected} (scaled would be {})",
+        expected * scale
+    );
+}
+
+type AdamSam<B> = Sam<OptimizerAdaptor<Adam, Mlp<B>, B>>;
+
+/// Adam's moments and the master weights, byte for byte, in a stable order.
+fn optimizer_state<B: AutodiffBackend>(sam: &AdamSam<B>) -> Vec<(String, Vec<u8>)> {
+    let (base, own) = Optimizer::<Mlp<B>, B>::to_record(sam);
+    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
+    let mut state: Vec<_> = base
+        .into_iter()
+        .map(|(id, record)| (id.serialize(), Recorder::<B>::record(&recorder, record, ()).unwrap()))
+        .collect();
+    for master in own.mixed_precision.master_weights {
+        let bytes = master.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        state.push((format!("master {}", master.id), bytes));
+    }
+    state.sort();
+    state
+}
+
+/// A small deterministic generator for fault positions.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+pub fn faults_never_reach_the_weights<B: AutodiffBackend>() {
+    let problem = problem::<B>(8);
+    let mut model = problem.model;
+    // Capped below f16 overflow for this model, so that only injected faults overflow.
+    let scaler = LossScalerConfig::new()
+        .with_init_scale(32.0)
+        .with_growth_interval(5)
+        .with_min_scale(Some(1.0))
+        .with_max_scale(Some(128.0));
+    let mut sam = SamConfig::new()
+        .with_loss_scaling(Some(scaler.clone()))
+        .init(AdamConfig::new().init());
+    let mut expected_scale = scaler.init();
+    let mut rng = Lcg(42);
+    let values = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+    let (mut ascent_faults, mut descent_faults, mut state_checks) = (0, 0, 0);
+
+    for step in 0..1200 {
+        let batch = &problem.batches[step % problem.batches.len()];
+        let fault_ascent = rng.next() < 0.05;
+        let fault_descent = rng.next() < 0.05;
+        let value = values[(rng.next() * 3.0) as usize];
+        let w = tensors(&model);
+        let state = (fault_descent && state_checks < 25).then(|| optimizer_state(&sam));
+
+        let mut grads = scaled_grads(&sam, &model, batch);
+        if fault_ascent {
+            poison(&model, &mut grads, value);
+        }
+        let perturbed = sam.ascend(model, grads).unwrap();
+        if fault_ascent {
+            assert_eq!(tensors(&perturbed), w, "step {step}: perturbed by a fault");
+        }
+        let mut grads = scaled_grads(&sam, &perturbed, batch);
+        if fault_descent {
+            poison(&perturbed, &mut grads, value);
+        }
+        let (stepped, report) = sam.descend(1e-3, perturbed, grads).unwrap();
+        model = stepped;
+        let now = tensors(&model);
+        assert!(now.iter().flatten().all(|v| v.is_finite()), "step {step}");
+
+        let expected = match (fault_ascent, fault_descent) {
+            (_, true) => StepOutcome::UpdateSkipped,
+            (true, false) => StepOutcome::AscentSkipped,
+            (false, false) => StepOutcome::Applied,
+        };
+        assert_eq!(report.outcome, expected, "step {step}: {report:?}");
+        if fault_descent {
+            assert_eq!(now, w, "step {step}: a skipped update changed the weights");
+            if let Some(state) = state {
+                assert_eq!(optimizer_state(&sam), state, "step {step}: optimizer state");
+                state_checks += 1;
+            }
+        }
+        // One scale update per step, on any fault in either pass.
+        expected_scale.update(fault_ascent || fault_descent).unwrap();
+        assert_eq!(sam.loss_scale(), expected_scale.scale(), "step {step}: scale");
+        ascent_faults += usize::from(fault_ascent);
+        descent_faults += usize::from(fault_descent);
+    }
+    assert!(ascent_faults > 30 && descent_faults > 30 && state_checks == 25);
+    let stats = sam.stats();
+    assert_eq!(stats.steps, 1200);
+    assert_eq!(stats.updates_skipped as usize, descent_faults);
+}
+
+pub fn underflowing_gradients_train_with_scaling<B: AutodiffBackend>() {
+    let problem = problem::<B>(1);
+    let (model, (x, y)) = (problem.model, &problem.batches[0]);
+    // A loss so small that its f16 gradients flush to zero.
+    let loss = |m: &Mlp<B>| mse(m.forward(x.clone()), y.clone()).mul_scalar(1e-7);
+    let plain = grads(&model, loss(&model));
+    let id = model.layers[0].weight.id;
+    let plain = plain.get::<B::InnerBackend, 2>(id).unwrap();
+    assert_eq!(plain.abs().sum().into_data().iter::<f64>().next(), Some(0.0));
+
+    let mut optim = LossScaledConfig::new(LossScalerConfig::new().with_init_scale(16384.0))
+        .init(SgdConfig::new().init());
+    let start = tensors(&model);
+    let mut model = model;
+    for _ in 0..10 {
+        let grads = grads(&model, optim.scale_loss(loss(&model)));
+        let (stepped, report) = optim.try_step(1e4, model, grads).unwrap();
+        assert!(report.applied && report.grad_norm > 0.0, "{report:?}");
+        model = stepped;
+    }
+    assert_ne!(tensors(&model), start, "scaled gradients train the model");
+}
+
+fn unit_linear<B: AutodiffBackend>() -> Linear<B> {
+    let device = Default::default();
+    let mut linear: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    linear.weight = Param::from_tensor(Tensor::ones([1, 1], &device));
+    linear
+}
+
+/// `lr * g` = 1e-4 is below half an f16 ulp of w = 1 (4.9e-4): without master weights
+/// every update rounds away.
+pub fn master_weights_keep_small_updates<B: AutodiffBackend>() {
+    let x = Tensor::<B, 2>::ones([1, 1], &Default::default());
+    let run = |master_weights: bool| {
+        let scaler = LossScalerConfig::new().with_init_scale(1.0);
+        let mut optim = LossScaledConfig::new(scaler)
+            .with_master_weights(master_weights)
+            .init(SgdConfig::new().init());
+        let mut model = unit_linear::<B>();
+        for _ in 0..10 {
+            let loss = model.forward(x.clone()).sum();
+            let grads = grads(&model, optim.scale_loss(loss));
+            model = optim.step(1e-4, model, grads);
+        }
+        assert_eq!(model.weight.val().dtype(), DType::F16, "the module stays f16");
+        tensors(&model)[0][0]
+    };
+    assert_eq!(run(false), 1.0, "pure f16 loses every update");
+    let with_masters = run(true);
+    assert_eq!(with_masters, 0.9990234375, "f16(1 - 10 * 1e-4)");
+}
+
+pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
+    let problem = problem::<B>(6);
+    let (first, second) = problem.batches.split_at(3);
+    let config = SamConfig::new().with_loss_scaling(Some(
+        LossScalerConfig::new()
+            .with_init_scale(512.0)
+            .with_growth_interval(2),
+    ));
+    let run = |sam: &mut Sam<_>, mut model: Mlp<B>, batches: &[(Tensor<B, 2>, Tensor<B, 2>)]| {
+        for (x, y) in batches {
+            let step = sam.step_with(0.05, model, |m: &Mlp<B>| mse(m.forward(x.clone()), y.clone()));
+            model = step.unwrap().module;
+        }
+        model
+    };
+    let mut uninterrupted = config.init(SgdConfig::new().init());
+    let expected = run(&mut uninterrupted, problem.model.clone(), &problem.batches);
+
+    let mut sam = config.init(SgdConfig::new().init());
+    let model = run(&mut sam, problem.model.clone(), first);
+    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
+    let record = Optimizer::<Mlp<B>, B>::to_record(&sam);
+    assert!(!record.1.mixed_precision.master_weights.is_empty(), "f16 parameters have masters");
+    let bytes = Recorder::<B>::record(&recorder, record, ()).unwrap();
+    let record = Recorder::<B>::load(&recorder, bytes, &Default::default()).unwrap();
+    let mut resumed = config.init(SgdConfig::new().init());
+    resumed = Optimizer::<Mlp<B>, B>::load_record(resumed, record);
+    assert_eq!(resumed.loss_scale(), sam.loss_scale());
+    let model = run(&mut resumed, model, second);
+    assert_eq!(tensors(&model), tensors(&expected));
+    assert_eq!(resumed.loss_scale(), uninterrupted.loss_scale());
+
+    // Without the master weights the resumed run differs: they carry real state.
+    let mut amnesic = config.init(SgdConfig::new().init());
+    let partial = run(&mut config.init(SgdConfig::new().init()), problem.model.clone(), first);
+    let lost = run(&mut amnesic, partial, second);
+    assert_ne!(tensors(&lost), tensors(&expected));
+}
+
+/// With PyTorch's initial scale 2^16 (itself infinite in f16) the first passes overflow
+/// until the scale fits: nothing non-finite is written and training proceeds.
+pub fn default_scale_backs_off_until_it_fits<B: AutodiffBackend>() {
+    let problem = problem::<B>(1);
+    let (model, batch) = (problem.model, &problem.batches[0]);
+    let mut sam = SamConfig::new()
+        .with_loss_scaling(Some(LossScalerConfig::new()))
+        .init(AdamConfig::new().init());
+    let start = tensors(&model);
+    let mut model = model;
+    let mut outcomes = Vec::new();
+    for _ in 0..4 {
+        let perturbed = {
+            let grads = scaled_grads(&sam, &model, batch);
+            sam.ascend(model, grads).unwrap()
+        };
+        let grads = scaled_grads(&sam, &perturbed, batch);
+        let (stepped, report) = sam.descend(1e-3, perturbed, grads).unwrap();
+        outcomes.push(report.outcome);
+        model = stepped;
+    }
+    // The ascent overflows, the scale backs off, the batch falls back to a plain step.
+    assert_eq!(outcomes[0], StepOutcome::AscentSkipped, "2^16 overflows f16");
+    assert_eq!(*outcomes.last().unwrap(), StepOutcome::Applied);
+    assert!(sam.loss_scale() < 65536.0);
+    assert_ne!(tensors(&model), start);
+}
