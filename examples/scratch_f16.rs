@@ -1,7 +1,7 @@
 use burn::backend::{Autodiff, Flex};
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
-use burn::tensor::{Distribution, Tensor, FloatDType};
 use burn::tensor::backend::set_default_float_dtype;
+use burn::tensor::{Distribution, FloatDType, Tensor};
 use burn_sam_suite::{Mlp, MlpConfig};
 type B = Autodiff<Flex>;
 fn main() {
@@ -16,12 +16,24 @@ fn main() {
     println!("scaled dtype {:?}", scaled.dtype());
     let grads = GradientsParams::from_grads(scaled.backward(), &model);
     let g = grads.get::<Flex, 2>(model.layers[0].weight.id).unwrap();
-    println!("grad dtype {:?} {:?}", g.dtype(), g.clone().into_data().iter::<f32>().take(3).collect::<Vec<_>>());
+    println!(
+        "grad dtype {:?} {:?}",
+        g.dtype(),
+        g.clone()
+            .into_data()
+            .iter::<f32>()
+            .take(3)
+            .collect::<Vec<_>>()
+    );
     let g32 = g.cast(FloatDType::F32);
     let mut grads32 = GradientsParams::new();
     grads32.register(model.layers[0].weight.id, g32);
     let mut sgd = SgdConfig::new().init();
     let w = model.layers[0].weight.val();
     let m = sgd.step(0.1, model, grads32);
-    println!("after step dtype {:?} vs {:?}", m.layers[0].weight.val().dtype(), w.dtype());
+    println!(
+        "after step dtype {:?} vs {:?}",
+        m.layers[0].weight.val().dtype(),
+        w.dtype()
+    );
 }

@@ -36,12 +36,25 @@ fn update_matches_torch_grad_scaler() {
             .with_backoff_factor(case.backoff_factor)
             .with_growth_interval(case.growth_interval)
             .init();
-        let steps = case.overflows.iter().zip(&case.scales).zip(&case.growth_trackers);
+        let steps = case
+            .overflows
+            .iter()
+            .zip(&case.scales)
+            .zip(&case.growth_trackers);
         for (i, ((&overflow, &scale), &tracker)) in steps.enumerate() {
             scaler.update(overflow).unwrap();
             let state = scaler.to_record();
-            assert_eq!(f64::from(state.scale), scale, "{} step {i}: scale", case.name);
-            assert_eq!(state.growth_tracker, tracker, "{} step {i}: tracker", case.name);
+            assert_eq!(
+                f64::from(state.scale),
+                scale,
+                "{} step {i}: scale",
+                case.name
+            );
+            assert_eq!(
+                state.growth_tracker, tracker,
+                "{} step {i}: tracker",
+                case.name
+            );
         }
     }
 }
@@ -54,7 +67,11 @@ fn hysteresis_delays_the_backoff() {
     scaler.update(true).unwrap();
     assert_eq!(scaler.scale(), 32768.0, "the second backs off");
     scaler.update(true).unwrap();
-    assert_eq!(scaler.scale(), 16384.0, "hysteresis is used up until the next growth");
+    assert_eq!(
+        scaler.scale(),
+        16384.0,
+        "hysteresis is used up until the next growth"
+    );
     assert_eq!(scaler.overflows(), 3);
 }
 
@@ -115,7 +132,9 @@ fn record_round_trip_resumes_exactly() {
     let config = LossScalerConfig::new()
         .with_growth_interval(3)
         .with_hysteresis(2);
-    let flags = [false, true, false, false, true, true, false, false, false, false];
+    let flags = [
+        false, true, false, false, true, true, false, false, false, false,
+    ];
     let mut uninterrupted = config.init();
     for flag in flags {
         uninterrupted.update(flag).unwrap();
@@ -127,7 +146,8 @@ fn record_round_trip_resumes_exactly() {
     }
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let bytes = Recorder::<Flex>::record(&recorder, first.to_record(), ()).unwrap();
-    let record: LossScalerRecord = Recorder::<Flex>::load(&recorder, bytes, &Default::default()).unwrap();
+    let record: LossScalerRecord =
+        Recorder::<Flex>::load(&recorder, bytes, &Default::default()).unwrap();
     let mut resumed: LossScaler = config.init().load_record(record);
     for flag in &flags[5..] {
         resumed.update(*flag).unwrap();
@@ -139,14 +159,32 @@ fn record_round_trip_resumes_exactly() {
 fn invalid_config_names_the_field() {
     let cases = [
         (LossScalerConfig::new().with_init_scale(0.0), "init_scale"),
-        (LossScalerConfig::new().with_init_scale(f64::INFINITY), "init_scale"),
+        (
+            LossScalerConfig::new().with_init_scale(f64::INFINITY),
+            "init_scale",
+        ),
         (LossScalerConfig::new().with_init_scale(1e39), "init_scale"),
-        (LossScalerConfig::new().with_growth_factor(1.0), "growth_factor"),
-        (LossScalerConfig::new().with_backoff_factor(1.0), "backoff_factor"),
-        (LossScalerConfig::new().with_backoff_factor(0.0), "backoff_factor"),
-        (LossScalerConfig::new().with_growth_interval(0), "growth_interval"),
+        (
+            LossScalerConfig::new().with_growth_factor(1.0),
+            "growth_factor",
+        ),
+        (
+            LossScalerConfig::new().with_backoff_factor(1.0),
+            "backoff_factor",
+        ),
+        (
+            LossScalerConfig::new().with_backoff_factor(0.0),
+            "backoff_factor",
+        ),
+        (
+            LossScalerConfig::new().with_growth_interval(0),
+            "growth_interval",
+        ),
         (LossScalerConfig::new().with_hysteresis(0), "hysteresis"),
-        (LossScalerConfig::new().with_min_scale(Some(-1.0)), "min_scale"),
+        (
+            LossScalerConfig::new().with_min_scale(Some(-1.0)),
+            "min_scale",
+        ),
         (
             LossScalerConfig::new()
                 .with_min_scale(Some(8.0))

@@ -8,9 +8,7 @@ use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer, SgdConfig};
 use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
-use burn_sam::{
-    LossScaledConfig, LossScalerConfig, Sam, SamConfig, StepOutcome,
-};
+use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, StepOutcome};
 use burn_sam_suite::Mlp;
 
 use super::util::{float_dtype, grads, mse, poison, problem, tensors};
@@ -20,7 +18,10 @@ fn scaled_grads<B: AutodiffBackend>(
     model: &Mlp<B>,
     (x, y): &(Tensor<B, 2>, Tensor<B, 2>),
 ) -> GradientsParams {
-    grads(model, sam.scale_loss(mse(model.forward(x.clone()), y.clone())))
+    grads(
+        model,
+        sam.scale_loss(mse(model.forward(x.clone()), y.clone())),
+    )
 }
 
 fn distance(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
@@ -45,8 +46,17 @@ pub fn ascent_moves_by_rho_and_descent_by_the_true_gradient<B: AutodiffBackend>(
     let layer = &model.layers[0].weight;
     let grad = grads.get::<B::InnerBackend, 2>(layer.id).unwrap();
     assert_eq!(grad.dtype(), DType::F16, "real f16 gradients");
-    let naive = grad.powi_scalar(2).sum().into_data().iter::<f64>().next().unwrap();
-    assert!(naive.is_infinite(), "the seed's bug: f16 norm of scaled gradients = {naive}");
+    let naive = grad
+        .powi_scalar(2)
+        .sum()
+        .into_data()
+        .iter::<f64>()
+        .next()
+        .unwrap();
+    assert!(
+        naive.is_infinite(),
+        "the seed's bug: f16 norm of scaled gradients = {naive}"
+    );
 
     let w = tensors(&model);
     let perturbed = sam.ascend(model, grads).unwrap();
@@ -74,7 +84,12 @@ fn optimizer_state<B: AutodiffBackend>(sam: &AdamSam<B>) -> Vec<(String, Vec<u8>
     let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
     let mut state: Vec<_> = base
         .into_iter()
-        .map(|(id, record)| (id.serialize(), Recorder::<B>::record(&recorder, record, ()).unwrap()))
+        .map(|(id, record)| {
+            (
+                id.serialize(),
+                Recorder::<B>::record(&recorder, record, ()).unwrap(),
+            )
+        })
         .collect();
     for master in own.mixed_precision.master_weights {
         let bytes = master.values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -89,7 +104,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
 }
@@ -150,8 +168,14 @@ pub fn faults_never_reach_the_weights<B: AutodiffBackend>() {
             }
         }
         // One scale update per step, on any fault in either pass.
-        expected_scale.update(fault_ascent || fault_descent).unwrap();
-        assert_eq!(sam.loss_scale(), expected_scale.scale(), "step {step}: scale");
+        expected_scale
+            .update(fault_ascent || fault_descent)
+            .unwrap();
+        assert_eq!(
+            sam.loss_scale(),
+            expected_scale.scale(),
+            "step {step}: scale"
+        );
         ascent_faults += usize::from(fault_ascent);
         descent_faults += usize::from(fault_descent);
     }
@@ -169,7 +193,10 @@ pub fn underflowing_gradients_train_with_scaling<B: AutodiffBackend>() {
     let plain = grads(&model, loss(&model));
     let id = model.layers[0].weight.id;
     let plain = plain.get::<B::InnerBackend, 2>(id).unwrap();
-    assert_eq!(plain.abs().sum().into_data().iter::<f64>().next(), Some(0.0));
+    assert_eq!(
+        plain.abs().sum().into_data().iter::<f64>().next(),
+        Some(0.0)
+    );
 
     let mut optim = LossScaledConfig::new(LossScalerConfig::new().with_init_scale(16384.0))
         .init(SgdConfig::new().init());
@@ -206,7 +233,11 @@ pub fn master_weights_keep_small_updates<B: AutodiffBackend>() {
             let grads = grads(&model, optim.scale_loss(loss));
             model = optim.step(1e-4, model, grads);
         }
-        assert_eq!(model.weight.val().dtype(), DType::F16, "the module stays f16");
+        assert_eq!(
+            model.weight.val().dtype(),
+            DType::F16,
+            "the module stays f16"
+        );
         tensors(&model)[0][0]
     };
     assert_eq!(run(false), 1.0, "pure f16 loses every update");
@@ -224,7 +255,9 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
     ));
     let run = |sam: &mut Sam<_>, mut model: Mlp<B>, batches: &[(Tensor<B, 2>, Tensor<B, 2>)]| {
         for (x, y) in batches {
-            let step = sam.step_with(0.05, model, |m: &Mlp<B>| mse(m.forward(x.clone()), y.clone()));
+            let step = sam.step_with(0.05, model, |m: &Mlp<B>| {
+                mse(m.forward(x.clone()), y.clone())
+            });
             model = step.unwrap().module;
         }
         model
@@ -236,7 +269,10 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
     let model = run(&mut sam, problem.model.clone(), first);
     let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
     let record = Optimizer::<Mlp<B>, B>::to_record(&sam);
-    assert!(!record.1.mixed_precision.master_weights.is_empty(), "f16 parameters have masters");
+    assert!(
+        !record.1.mixed_precision.master_weights.is_empty(),
+        "f16 parameters have masters"
+    );
     let bytes = Recorder::<B>::record(&recorder, record, ()).unwrap();
     let record = Recorder::<B>::load(&recorder, bytes, &Default::default()).unwrap();
     let mut resumed = config.init(SgdConfig::new().init());
@@ -248,7 +284,11 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
 
     // Without the master weights the resumed run differs: they carry real state.
     let mut amnesic = config.init(SgdConfig::new().init());
-    let partial = run(&mut config.init(SgdConfig::new().init()), problem.model.clone(), first);
+    let partial = run(
+        &mut config.init(SgdConfig::new().init()),
+        problem.model.clone(),
+        first,
+    );
     let lost = run(&mut amnesic, partial, second);
     assert_ne!(tensors(&lost), tensors(&expected));
 }
@@ -275,8 +315,56 @@ pub fn default_scale_backs_off_until_it_fits<B: AutodiffBackend>() {
         model = stepped;
     }
     // The ascent overflows, the scale backs off, the batch falls back to a plain step.
-    assert_eq!(outcomes[0], StepOutcome::AscentSkipped, "2^16 overflows f16");
+    assert_eq!(
+        outcomes[0],
+        StepOutcome::AscentSkipped,
+        "2^16 overflows f16"
+    );
     assert_eq!(*outcomes.last().unwrap(), StepOutcome::Applied);
     assert!(sam.loss_scale() < 65536.0);
     assert_ne!(tensors(&model), start);
+}
+
+/// f16 parameters on a device whose default float type is f32 (`cast_params`): Adam's f32
+/// moments and the master weights survive a record round trip, and the run resumes exactly.
+pub fn adam_resumes_exactly_with_cast_params<B: AutodiffBackend>() {
+    assert_eq!(float_dtype::<B>(), DType::F32);
+    let problem = problem::<B>(6);
+    let to_f16 = |t: &Tensor<B, 2>| t.clone().cast(burn::tensor::FloatDType::F16);
+    let batches: Vec<_> = problem
+        .batches
+        .iter()
+        .map(|(x, y)| (to_f16(x), to_f16(y)))
+        .collect();
+    let model = burn_sam::cast_params(problem.model, burn::tensor::FloatDType::F16);
+    assert_eq!(model.layers[0].weight.val().dtype(), DType::F16);
+    let (first, second) = batches.split_at(3);
+    let config =
+        SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(512.0)));
+    let run =
+        |sam: &mut AdamSam<B>, mut model: Mlp<B>, batches: &[(Tensor<B, 2>, Tensor<B, 2>)]| {
+            for (x, y) in batches {
+                let step = sam.step_with(1e-3, model, |m: &Mlp<B>| {
+                    mse(m.forward(x.clone()), y.clone())
+                });
+                let step = step.unwrap();
+                assert_eq!(step.report.outcome, StepOutcome::Applied);
+                model = step.module;
+            }
+            model
+        };
+    let mut uninterrupted = config.init(AdamConfig::new().init());
+    let expected = run(&mut uninterrupted, model.clone(), &batches);
+
+    let mut sam = config.init(AdamConfig::new().init());
+    let model = run(&mut sam, model, first);
+    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
+    let bytes =
+        Recorder::<B>::record(&recorder, Optimizer::<Mlp<B>, B>::to_record(&sam), ()).unwrap();
+    let record = Recorder::<B>::load(&recorder, bytes, &Default::default()).unwrap();
+    let mut resumed =
+        Optimizer::<Mlp<B>, B>::load_record(config.init(AdamConfig::new().init()), record);
+    let model = run(&mut resumed, model, second);
+    assert_eq!(model.layers[0].weight.val().dtype(), DType::F16);
+    assert_eq!(tensors(&model), tensors(&expected));
 }

@@ -144,3 +144,20 @@ macro_rules! f16_suite {
         }
     };
 }
+
+/// Instantiates the tests of f16 parameters cast on an f32-default device.
+#[macro_export]
+macro_rules! f16_params_suite {
+    ($name:ident, $backend:ty) => {
+        mod $name {
+            use $crate::suite::*;
+            type B = $backend;
+
+            #[test]
+            fn adam_resumes_exactly_with_cast_params() {
+                util::use_float_dtype::<B>(burn::tensor::FloatDType::F32);
+                mixed_precision::adam_resumes_exactly_with_cast_params::<B>();
+            }
+        }
+    };
+}

@@ -32,7 +32,10 @@ fn mean_ms(group: &Path, function: &str) -> f64 {
 }
 
 fn bench() {
-    run("cargo", &["bench", "--bench", "sam_step"]);
+    run(
+        "cargo",
+        &["bench", "--bench", "sam_step", "--bench", "sam_step_f16"],
+    );
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let criterion = PathBuf::from(target).join("criterion");
     let groups = std::fs::read_dir(&criterion).expect("criterion output");
@@ -53,6 +56,26 @@ fn bench() {
         );
     }
     println!("\nsam_over_base = SAM step / (2 x base step); SAM's physical limit is 1.0 here.");
+    println!(
+        "\n| model | unscaled f16 SAM (ms) | scaled f16 SAM (ms) | scaled_over_unscaled_f16 |"
+    );
+    println!("|---|---|---|---|");
+    for group in std::fs::read_dir(&criterion)
+        .expect("criterion output")
+        .flatten()
+    {
+        let group = group.path();
+        let name = group.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("f16_mlp_") {
+            continue;
+        }
+        let unscaled = mean_ms(&group, "unscaled");
+        let scaled = mean_ms(&group, "scaled");
+        println!(
+            "| {name} | {unscaled:.2} | {scaled:.2} | {:.3} |",
+            scaled / unscaled
+        );
+    }
 }
 
 fn main() {

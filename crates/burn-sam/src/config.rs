@@ -96,7 +96,12 @@ impl SamConfig {
     }
 }
 
-pub(crate) fn check(field: &'static str, value: f64, allowed: &'static str, ok: bool) -> Result<(), SamError> {
+pub(crate) fn check(
+    field: &'static str,
+    value: f64,
+    allowed: &'static str,
+    ok: bool,
+) -> Result<(), SamError> {
     if ok {
         Ok(())
     } else {

@@ -39,6 +39,6 @@ mod scaler;
 pub use config::SamConfig;
 pub use error::SamError;
 pub use loss_scaled::{LossScaled, LossScaledConfig, ScaledStepReport};
-pub use precision::{MasterWeightRecord, MixedPrecisionRecord};
+pub use precision::{cast_params, MasterWeightRecord, MixedPrecisionRecord};
 pub use sam::{Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaleError, LossScaler, LossScalerConfig, LossScalerRecord};

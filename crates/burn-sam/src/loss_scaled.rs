@@ -25,7 +25,8 @@ impl LossScaledConfig {
     /// # Panics
     /// When the loss scaler's configuration is invalid, naming the field.
     pub fn init<O>(&self, base: O) -> LossScaled<O> {
-        self.try_init(base).unwrap_or_else(|error| panic!("{error}"))
+        self.try_init(base)
+            .unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// Wraps `base`, or says which field is invalid.

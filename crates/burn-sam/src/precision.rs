@@ -5,7 +5,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
+use burn::module::{AutodiffModule, Module, ModuleMapper, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
@@ -234,3 +234,37 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
     }
 }
 
+/// Casts every float tensor of `module` to `dtype`, keeping parameter ids and
+/// `require_grad` flags: how to train in f16 on a device whose default float type is f32.
+///
+/// Prefer this over an f16 default float type when you save and resume optimizers with
+/// state (Adam's moments): Burn loads every float tensor of a record in the device's
+/// default float type, so an f16 default would load the f32 optimizer state that master
+/// weights need as f16.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::{DType, FloatDType};
+///
+/// let model: Linear<Autodiff<Flex>> = LinearConfig::new(3, 1).init(&Default::default());
+/// let model = burn_sam::cast_params(model, FloatDType::F16);
+/// assert_eq!(model.weight.val().dtype(), DType::F16);
+/// ```
+pub fn cast_params<B: Backend, M: Module<B>>(module: M, dtype: FloatDType) -> M {
+    struct Cast(FloatDType);
+    impl<B: Backend> ModuleMapper<B> for Cast {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let (id, tensor, mapper) = param.consume();
+            let require_grad = tensor.is_require_grad();
+            let cast = tensor.cast(self.0).detach();
+            let cast = if require_grad {
+                cast.require_grad()
+            } else {
+                cast
+            };
+            Param::from_mapped_value(id, cast, mapper)
+        }
+    }
+    module.map(&mut Cast(dtype))
+}

@@ -262,9 +262,7 @@ impl<O> Sam<O> {
                 log::warn!("SAM descent gradient norm is {descent_grad_norm}: skipping the update");
                 module
             }
-            _ => self
-                .precision
-                .step(&mut self.base, lr, module, grads),
+            _ => self.precision.step(&mut self.base, lr, module, grads),
         };
         if !pending.scale_updated {
             self.precision

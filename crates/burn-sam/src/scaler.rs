@@ -1,7 +1,7 @@
 use burn::config::Config;
 use burn::record::Record;
-use burn::tensor::{FloatDType, Tensor};
 use burn::tensor::backend::Backend;
+use burn::tensor::{FloatDType, Tensor};
 
 /// Configuration of a dynamic [`LossScaler`]. The defaults are PyTorch `GradScaler`'s.
 ///
@@ -148,7 +148,12 @@ impl LossScalerConfig {
             ">= 1",
             self.growth_interval >= 1,
         )?;
-        check("hysteresis", self.hysteresis as f64, ">= 1", self.hysteresis >= 1)?;
+        check(
+            "hysteresis",
+            self.hysteresis as f64,
+            ">= 1",
+            self.hysteresis >= 1,
+        )?;
         if let Some(min) = self.min_scale {
             check("min_scale", min, "finite and > 0", positive(min))?;
         }
@@ -196,9 +201,7 @@ impl LossScaler {
                 // Multiplied in f64 and stored in f32, as torch's `_amp_update_scale_`.
                 let grown = (f64::from(state.scale) * config.growth_factor) as f32;
                 if grown.is_finite() {
-                    state.scale = config
-                        .max_scale
-                        .map_or(grown, |max| grown.min(max as f32));
+                    state.scale = config.max_scale.map_or(grown, |max| grown.min(max as f32));
                 }
                 state.growth_tracker = 0;
                 state.hysteresis_left = config.hysteresis;
@@ -219,7 +222,10 @@ impl LossScaler {
         state.scale = backed_off;
         if !at_min {
             state.overflows_at_min = 0;
-            log::debug!("gradient overflow: loss scale backed off to {}", state.scale);
+            log::debug!(
+                "gradient overflow: loss scale backed off to {}",
+                state.scale
+            );
             return Ok(());
         }
         state.overflows_at_min += 1;
