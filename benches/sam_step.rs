@@ -41,30 +41,19 @@ fn sam_step(c: &mut Criterion) {
         })
     });
 
-    let mut sam = SamConfig::new().init(SgdConfig::new().init());
-    let mut current = Some(model.clone());
-    group.bench_function("sam_step", |b| {
-        b.iter(|| {
-            let model = current.take().unwrap();
-            let step = sam.step_with(lr, model, |m| loss(m, &x, &y)).unwrap();
-            current = Some(step.module);
-            B::sync(&device).unwrap();
-        })
-    });
-
-    let mut asam = SamConfig::new()
-        .with_rho(0.5)
-        .with_adaptive(true)
-        .init(SgdConfig::new().init());
-    let mut current = Some(model);
-    group.bench_function("asam_step", |b| {
-        b.iter(|| {
-            let model = current.take().unwrap();
-            let step = asam.step_with(lr, model, |m| loss(m, &x, &y)).unwrap();
-            current = Some(step.module);
-            B::sync(&device).unwrap();
-        })
-    });
+    let asam = SamConfig::new().with_rho(0.5).with_adaptive(true);
+    for (name, config) in [("sam_step", SamConfig::new()), ("asam_step", asam)] {
+        let mut sam = config.init(SgdConfig::new().init());
+        let mut current = Some(model.clone());
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let model = current.take().unwrap();
+                let step = sam.step_with(lr, model, |m| loss(m, &x, &y)).unwrap();
+                current = Some(step.module);
+                B::sync(&device).unwrap();
+            })
+        });
+    }
     group.finish();
 }
 
