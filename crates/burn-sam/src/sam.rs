@@ -54,9 +54,8 @@ pub struct Sam<O> {
 struct Pending {
     snapshot: Snapshot,
     grad_norm: f64,
+    /// False when the ascent overflowed: it then made this step's one loss-scale update.
     perturbed: bool,
-    /// The ascent overflowed and already made this step's one loss-scale update.
-    scale_updated: bool,
 }
 
 /// Counters of what SAM did, saved in its record.
@@ -209,7 +208,6 @@ impl<O> Sam<O> {
             snapshot: perturb.snapshot,
             grad_norm,
             perturbed,
-            scale_updated: !perturbed && self.precision.scaler.is_some(),
         });
         Ok(module)
     }
@@ -264,7 +262,7 @@ impl<O> Sam<O> {
             }
             _ => self.precision.step(&mut self.base, lr, module, grads),
         };
-        if !pending.scale_updated {
+        if pending.perturbed {
             self.precision
                 .update(outcome == StepOutcome::UpdateSkipped)?;
         }
