@@ -228,6 +228,7 @@ pub fn master_weights_keep_small_updates<B: AutodiffBackend>() {
             .with_master_weights(master_weights)
             .init(SgdConfig::new().init());
         let mut model = unit_linear::<B>();
+        let id = model.weight.id;
         for _ in 0..10 {
             let loss = model.forward(x.clone()).sum();
             let grads = grads(&model, optim.scale_loss(loss));
@@ -238,6 +239,8 @@ pub fn master_weights_keep_small_updates<B: AutodiffBackend>() {
             DType::F16,
             "the module stays f16"
         );
+        assert_eq!(model.weight.id, id, "the parameter keeps its id");
+        assert!(model.weight.val().is_require_grad());
         tensors(&model)[0][0]
     };
     assert_eq!(run(false), 1.0, "pure f16 loses every update");

@@ -27,6 +27,11 @@
 //!
 //! See [`Sam`] for the explicit `ascend`/`descend` phases and the one-call
 //! [`Sam::step_with`].
+//!
+//! Mixed precision: [`SamConfig::loss_scaling`] turns on dynamic loss scaling
+//! ([`LossScaler`], PyTorch `GradScaler`'s rule) with overflow-safe ascent and descent, and
+//! parameters narrower than f32 are stepped through f32 master weights. [`LossScaled`] gives
+//! any Burn optimizer the same without SAM; [`cast_params`] makes a model f16.
 
 mod config;
 mod error;

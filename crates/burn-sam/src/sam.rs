@@ -338,7 +338,8 @@ fn check_grads_match(grads: &GradientsParams, matched: usize) -> Result<(), SamE
 ///
 /// # Panics
 /// On misuse that would otherwise train silently wrong, with the [`SamError`] message: the
-/// gradients or the module of the second call do not belong to the module of the first.
+/// gradients or the module of the second call do not belong to the module of the first. Also
+/// when the loss scaler's `max_overflows_at_min` hard stop is reached.
 impl<M, B, O> Optimizer<M, B> for Sam<O>
 where
     M: AutodiffModule<B>,
