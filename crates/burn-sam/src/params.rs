@@ -10,6 +10,8 @@ use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 
+use crate::SamError;
+
 /// The module's float tensors by id, as they were before the perturbation. Type-erased so
 /// that `Sam<O>` stays generic over the module only in its methods.
 pub(crate) type Snapshot = HashMap<ParamId, Arc<dyn Any + Send + Sync>>;
@@ -48,12 +50,12 @@ fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
 }
 
 /// `sqrt(sum_p ||a_p * g_p||^2)` over the parameters of `module` that have a gradient, read
-/// back in one device sync. Also returns how many gradients matched a parameter.
+/// back in one device sync; an error when some gradients belong to no parameter of `module`.
 pub(crate) fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
     eta: Option<f64>,
-) -> (f64, usize) {
+) -> Result<f64, SamError> {
     let mut visitor = SquaredNorm::<B> {
         grads,
         eta,
@@ -61,11 +63,17 @@ pub(crate) fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
         matched: 0,
     };
     module.visit(&mut visitor);
+    if visitor.matched != grads.len() {
+        return Err(SamError::ForeignGradients {
+            gradients: grads.len(),
+            matched: visitor.matched,
+        });
+    }
     let norm = visitor.sum.map_or(0.0, |sum| {
         let value = sum.into_data().iter::<f64>().next();
         value.unwrap_or(f64::NAN).sqrt()
     });
-    (norm, visitor.matched)
+    Ok(norm)
 }
 
 struct SquaredNorm<'a, B: AutodiffBackend> {

@@ -182,8 +182,7 @@ impl<O> Sam<O> {
             return Err(SamError::AscentPending);
         }
         let loss_scale = f64::from(self.loss_scale());
-        let (scaled_norm, matched) = params::grad_norm(&module, &grads, self.eta());
-        check_grads_match(&grads, matched)?;
+        let scaled_norm = params::grad_norm(&module, &grads, self.eta())?;
         let grad_norm = scaled_norm / loss_scale;
         let perturbed = grad_norm.is_finite();
         if !perturbed {
@@ -239,8 +238,7 @@ impl<O> Sam<O> {
             return Err(SamError::ForeignModule);
         }
         let loss_scale = self.loss_scale();
-        let (scaled_norm, matched) = params::grad_norm(&module, &grads, None);
-        check_grads_match(&grads, matched)?;
+        let scaled_norm = params::grad_norm(&module, &grads, None)?;
         let descent_grad_norm = scaled_norm / f64::from(loss_scale);
         let pending = self.pending.take().expect("checked above");
 
@@ -319,17 +317,6 @@ impl<O> core::fmt::Debug for Sam<O> {
             .field("stats", &self.stats)
             .field("loss_scale", &self.loss_scale())
             .finish()
-    }
-}
-
-fn check_grads_match(grads: &GradientsParams, matched: usize) -> Result<(), SamError> {
-    if matched == grads.len() {
-        Ok(())
-    } else {
-        Err(SamError::ForeignGradients {
-            gradients: grads.len(),
-            matched,
-        })
     }
 }
 
