@@ -5,6 +5,7 @@
 // Each test binary instantiates the part of the suite its backend and float type support.
 #![allow(dead_code)]
 
+pub mod accumulation;
 pub mod batchnorm;
 pub mod faults;
 pub mod misuse;
@@ -95,6 +96,41 @@ macro_rules! backend_suite {
                 setup();
                 faults::non_finite_descent_changes_nothing::<B>();
             }
+            #[test]
+            fn accumulation_micro_batch_gradients_equal_the_union() {
+                setup();
+                accumulation::micro_batch_gradients_equal_the_union::<B>();
+            }
+            #[test]
+            fn accumulation_plain_trajectory_equals_the_large_batch() {
+                setup();
+                accumulation::plain_trajectory_equals_the_large_batch::<B>();
+            }
+            #[test]
+            fn accumulation_exact_sam_trajectory_equals_the_large_batch() {
+                setup();
+                accumulation::exact_sam_trajectory_equals_the_large_batch::<B>();
+            }
+            #[test]
+            fn accumulation_partial_window_equals_its_union() {
+                setup();
+                accumulation::partial_window_equals_its_union::<B>();
+            }
+            #[test]
+            fn accumulation_per_micro_batch_windows_of_one_equal_sam() {
+                setup();
+                accumulation::per_micro_batch_windows_of_one_equal_sam::<B>();
+            }
+            #[test]
+            fn accumulation_per_micro_batch_matches_its_definition() {
+                setup();
+                accumulation::per_micro_batch_matches_its_definition::<B>();
+            }
+            #[test]
+            fn accumulation_bad_windows_are_refused() {
+                setup();
+                accumulation::bad_windows_are_refused::<B>();
+            }
         }
     };
 }
@@ -140,6 +176,11 @@ macro_rules! f16_suite {
             fn default_scale_backs_off_until_it_fits() {
                 setup();
                 mixed_precision::default_scale_backs_off_until_it_fits::<B>();
+            }
+            #[test]
+            fn accumulation_overflow_in_one_micro_batch_skips_the_window() {
+                setup();
+                accumulation::overflow_in_one_micro_batch_skips_the_window::<B>();
             }
         }
     };

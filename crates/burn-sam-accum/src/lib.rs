@@ -1,5 +1,24 @@
 //! Gradient accumulation that equals the large batch, alone and with SAM.
 //!
-//! Not implemented yet: this crate reserves the name and its place in the workspace. Its
-//! behaviour (item-weighted micro-batches, flushed partial windows, one loss scale per window,
-//! exact and per-micro-batch SAM) is specified in the project's accumulation issue.
+//! An optimizer step from a window of micro-batches gets the gradient of their union: each
+//! micro-batch's gradient is weighted by its number of items (equal weights when not given)
+//! and summed in f32; a partial window (the end of an epoch) steps with what it holds,
+//! normalised by what it holds. Under loss scaling the window has one scale, an overflow in
+//! any micro-batch skips the whole window (weights and optimizer state unchanged) and backs
+//! the scale off once. With [`Sam`](burn_sam::Sam), [`SamMode::Exact`] perturbs once with the
+//! window's gradient (SAM on the large batch) and [`SamMode::PerMicroBatch`] perturbs each
+//! micro-batch by its own gradient (m-sharpness).
+//!
+//! See [`Accumulation`] for an example.
+
+mod accumulation;
+mod config;
+mod error;
+mod optimizer;
+mod window;
+
+pub use accumulation::{Accumulation, WindowStep, Windows};
+pub use config::{AccumulationConfig, SamMode};
+pub use error::AccumError;
+pub use optimizer::{WindowOptimizer, WindowReport};
+pub use window::{MicroBatch, Window};

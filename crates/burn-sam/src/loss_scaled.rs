@@ -111,7 +111,7 @@ impl<O> LossScaled<O> {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
-        let scaled_norm = params::grad_norm(&module, &grads, None)?;
+        let scaled_norm = params::grad_norm(&module, &grads)?;
         let grad_norm = scaled_norm / f64::from(loss_scale);
         let applied = grad_norm.is_finite();
         let module = if applied {

@@ -49,9 +49,33 @@ fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
     row.matmul(column).reshape([1])
 }
 
+/// The global L2 norm of `grads`, `sqrt(sum_p ||g_p||^2)`, computed in f32 (f64 for f64
+/// gradients) and read back in one device sync: infinite or NaN when any gradient is.
+/// An error when some gradients belong to no parameter of `module`.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::Tensor;
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+/// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
+/// let grads = GradientsParams::from_grads(loss.backward(), &model);
+/// assert!(burn_sam::grad_norm(&model, &grads).unwrap() > 0.0);
+/// ```
+pub fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+) -> Result<f64, SamError> {
+    weighted_grad_norm(module, grads, None)
+}
+
 /// `sqrt(sum_p ||a_p * g_p||^2)` over the parameters of `module` that have a gradient, read
 /// back in one device sync; an error when some gradients belong to no parameter of `module`.
-pub(crate) fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn weighted_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
     eta: Option<f64>,

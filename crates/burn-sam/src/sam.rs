@@ -58,6 +58,16 @@ struct Pending {
     perturbed: bool,
 }
 
+/// What [`Sam::ascend`] did, while its descent is pending.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PendingAscent {
+    /// `||a * g||` of the ascent gradient, unscaled.
+    pub grad_norm: f64,
+    /// False when the ascent gradient was not finite: the weights were left unperturbed and
+    /// the loss scale has already backed off.
+    pub perturbed: bool,
+}
+
 /// Counters of what SAM did, saved in its record.
 #[derive(Record, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SamStats {
@@ -97,7 +107,8 @@ pub struct StepReport {
     pub outcome: StepOutcome,
     /// `||a * g||` of the ascent gradient (SAM: `a = 1`), the norm the perturbation divides by.
     pub ascent_grad_norm: f64,
-    /// `||g||` of the descent gradient, the one the base optimizer steps with.
+    /// `||g||` of the descent gradient, the one the base optimizer steps with (NaN after
+    /// [`Sam::skip`], which has none).
     pub descent_grad_norm: f64,
     /// The loss scale of the descent pass (1 without loss scaling). Norms are unscaled.
     pub loss_scale: f32,
@@ -182,7 +193,7 @@ impl<O> Sam<O> {
             return Err(SamError::AscentPending);
         }
         let loss_scale = f64::from(self.loss_scale());
-        let scaled_norm = params::grad_norm(&module, &grads, self.eta())?;
+        let scaled_norm = params::weighted_grad_norm(&module, &grads, self.eta())?;
         let grad_norm = scaled_norm / loss_scale;
         let perturbed = grad_norm.is_finite();
         if !perturbed {
@@ -231,21 +242,11 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let Some(pending) = self.pending.as_ref() else {
-            return Err(SamError::DescentWithoutAscent);
-        };
-        if !params::snapshot_covers(&module, &pending.snapshot) {
-            return Err(SamError::ForeignModule);
-        }
+        self.check_pending(&module)?;
         let loss_scale = self.loss_scale();
-        let scaled_norm = params::grad_norm(&module, &grads, None)?;
+        let scaled_norm = params::grad_norm(&module, &grads)?;
         let descent_grad_norm = scaled_norm / f64::from(loss_scale);
-        let pending = self.pending.take().expect("checked above");
-
-        params::sync_running_states(&module);
-        let module = module.map(&mut Restore {
-            snapshot: pending.snapshot,
-        });
+        let (module, pending) = self.put_back(module);
         let outcome = if !descent_grad_norm.is_finite() {
             StepOutcome::UpdateSkipped
         } else if !pending.perturbed {
@@ -260,6 +261,82 @@ impl<O> Sam<O> {
             }
             _ => self.precision.step(&mut self.base, lr, module, grads),
         };
+        let report = self.finish(&pending, outcome, descent_grad_norm, loss_scale)?;
+        Ok((module, report))
+    }
+
+    /// Ends the pending step without updating: puts the weights kept by [`Sam::ascend`] back,
+    /// leaves the base optimizer untouched, backs the loss scale off (unless the overflowed
+    /// ascent already did) and counts the step as `UpdateSkipped`. For a fault found between
+    /// the passes, such as an overflow in one micro-batch of an accumulated window.
+    pub fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        self.check_pending(&module)?;
+        let loss_scale = self.loss_scale();
+        let (module, pending) = self.put_back(module);
+        let report = self.finish(&pending, StepOutcome::UpdateSkipped, f64::NAN, loss_scale)?;
+        Ok((module, report))
+    }
+
+    /// Ends the pending ascent without a step: puts the weights kept by [`Sam::ascend`] back
+    /// and changes nothing else (no counter, no loss-scale update). m-sharpness uses it to
+    /// perturb each micro-batch on its own and step once for all of them.
+    pub fn restore<M, B>(&mut self, module: M) -> Result<M, SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        self.check_pending(&module)?;
+        Ok(self.put_back(module).0)
+    }
+
+    /// The ascent waiting for its descent, if any.
+    pub fn pending_ascent(&self) -> Option<PendingAscent> {
+        self.pending.as_ref().map(|pending| PendingAscent {
+            grad_norm: pending.grad_norm,
+            perturbed: pending.perturbed,
+        })
+    }
+
+    fn check_pending<M, B>(&self, module: &M) -> Result<(), SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        let Some(pending) = self.pending.as_ref() else {
+            return Err(SamError::DescentWithoutAscent);
+        };
+        if !params::snapshot_covers(module, &pending.snapshot) {
+            return Err(SamError::ForeignModule);
+        }
+        Ok(())
+    }
+
+    /// Takes the pending ascent and puts its snapshot back into `module` (checked to cover it).
+    fn put_back<M, B>(&mut self, module: M) -> (M, Pending)
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        let mut pending = self.pending.take().expect("checked by check_pending");
+        params::sync_running_states(&module);
+        let module = module.map(&mut Restore {
+            snapshot: core::mem::take(&mut pending.snapshot),
+        });
+        (module, pending)
+    }
+
+    /// The step's one loss-scale update (unless the overflowed ascent made it) and counters.
+    fn finish(
+        &mut self,
+        pending: &Pending,
+        outcome: StepOutcome,
+        descent_grad_norm: f64,
+        loss_scale: f32,
+    ) -> Result<StepReport, SamError> {
         if pending.perturbed {
             self.precision
                 .update(outcome == StepOutcome::UpdateSkipped)?;
@@ -274,7 +351,7 @@ impl<O> Sam<O> {
             loss_scale,
         };
         log::debug!("SAM step {}: {report:?}", self.stats.steps);
-        Ok((module, report))
+        Ok(report)
     }
 
     /// Both passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the base

@@ -1,0 +1,67 @@
+use burn::config::Config;
+
+use crate::{AccumError, Accumulation};
+
+/// How SAM uses the micro-batches of a window.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum SamMode {
+    /// One perturbation from the whole window's gradient, then the descent gradient over the
+    /// whole window at the perturbed weights: SAM on the large batch, exactly.
+    Exact,
+    /// m-sharpness (Andriushchenko & Flammarion, 2022): each micro-batch is perturbed by its
+    /// own gradient, the descent gradients are accumulated, and the base optimizer steps once.
+    PerMicroBatch,
+}
+
+/// Configuration of [`Accumulation`]: how many micro-batches make one optimizer step.
+#[derive(Config, Debug)]
+pub struct AccumulationConfig {
+    /// Micro-batches per optimizer step (at least 1). A shorter window, such as the rest of
+    /// an epoch, steps with what it holds.
+    pub window: usize,
+    /// How a [`Sam`](burn_sam::Sam) optimizer uses the window; ignored by other optimizers.
+    #[config(default = "SamMode::Exact")]
+    pub sam_mode: SamMode,
+}
+
+impl AccumulationConfig {
+    /// Wraps `optimizer`: a Burn optimizer ([`Sgd`](burn::optim::Sgd), [`Adam`](burn::optim::Adam),
+    /// ...), a [`LossScaled`](burn_sam::LossScaled) one or a [`Sam`](burn_sam::Sam) one.
+    ///
+    /// # Panics
+    /// When the configuration is invalid, with the field and its allowed range.
+    pub fn init<O>(&self, optimizer: O) -> Accumulation<O> {
+        self.try_init(optimizer)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Wraps `optimizer`, or says which field is invalid.
+    pub fn try_init<O>(&self, optimizer: O) -> Result<Accumulation<O>, AccumError> {
+        self.validate()?;
+        Ok(Accumulation::new(self.clone(), optimizer))
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), AccumError> {
+        if self.window == 0 {
+            return Err(AccumError::InvalidConfig {
+                field: "window",
+                value: 0.0,
+                allowed: "an integer >= 1",
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_zero_is_rejected_by_name() {
+        let error = AccumulationConfig::new(0).try_init(()).unwrap_err();
+        assert!(error.to_string().contains("`window` = 0"), "{error}");
+        assert!(AccumulationConfig::new(1).try_init(()).is_ok());
+    }
+}

@@ -1,0 +1,215 @@
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, FloatDType, Tensor};
+use burn_sam::SamError;
+
+use crate::AccumError;
+
+/// One micro-batch of a window: the data the loss closure receives and, optionally, how many
+/// items (examples, tokens) it holds.
+#[derive(Clone, Debug)]
+pub struct MicroBatch<T> {
+    /// Passed to the loss closure.
+    pub data: T,
+    /// The number of items the micro-batch's loss averages over; `None` for equal weights.
+    pub items: Option<usize>,
+}
+
+impl<T> MicroBatch<T> {
+    /// A micro-batch weighted like every other of its window.
+    pub fn new(data: T) -> Self {
+        Self { data, items: None }
+    }
+
+    /// A micro-batch of `items` items: its gradient is weighted by `items / total items`, so
+    /// that a window of mean losses gets the gradient of the mean over the union.
+    pub fn with_items(data: T, items: usize) -> Self {
+        Self {
+            data,
+            items: Some(items),
+        }
+    }
+}
+
+/// The micro-batches of one window and their loss: computes weighted gradients one
+/// micro-batch at a time, so that only one micro-batch's activations are alive at once.
+/// [`WindowOptimizer`](crate::WindowOptimizer)s drive it.
+pub struct Window<'a, M, T, B: AutodiffBackend> {
+    batches: &'a [MicroBatch<T>],
+    weights: Vec<f64>,
+    loss: &'a mut dyn FnMut(&M, &T) -> Tensor<B, 1>,
+    /// `sum_i w_i L_i` of the first evaluation of each micro-batch, detached.
+    first_losses: Option<Tensor<B, 1>>,
+    evaluated: usize,
+}
+
+impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
+    /// Checks the micro-batches and computes their weights. `loss` is the mean loss of one
+    /// micro-batch at the given module.
+    pub fn new(
+        batches: &'a [MicroBatch<T>],
+        loss: &'a mut dyn FnMut(&M, &T) -> Tensor<B, 1>,
+    ) -> Result<Self, AccumError> {
+        if batches.is_empty() {
+            return Err(AccumError::EmptyWindow);
+        }
+        if let Some(index) = batches.iter().position(|batch| batch.items == Some(0)) {
+            return Err(AccumError::ZeroItems { index });
+        }
+        let weights = match batches.iter().map(|batch| batch.items).collect() {
+            Some(items) => {
+                let items: Vec<usize> = items;
+                let total: usize = items.iter().sum();
+                items.iter().map(|&n| n as f64 / total as f64).collect()
+            }
+            None if batches.iter().any(|batch| batch.items.is_some()) => {
+                return Err(AccumError::MixedItemCounts)
+            }
+            None => vec![1.0 / batches.len() as f64; batches.len()],
+        };
+        Ok(Self {
+            batches,
+            weights,
+            loss,
+            first_losses: None,
+            evaluated: 0,
+        })
+    }
+
+    /// The number of micro-batches.
+    pub fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Always false: a window holds at least one micro-batch.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Micro-batch `index`'s share of the window, `items / total items` (or `1 / len`).
+    pub fn weight(&self, index: usize) -> f64 {
+        self.weights[index]
+    }
+
+    /// The window's gradient at `module`, `sum_i w_i grad L_i`, with every loss multiplied by
+    /// `loss_scale` before its backward pass. Accumulated in f32 (f64 for f64 gradients).
+    pub fn gradient(&mut self, module: &M, loss_scale: f32) -> Result<GradientsParams, AccumError> {
+        let mut sum = GradSum::default();
+        for index in 0..self.len() {
+            let factor = f64::from(loss_scale) * self.weights[index];
+            let grads = self.micro_gradient(index, module, factor)?;
+            sum.add(module, grads)?;
+        }
+        Ok(sum.into_grads())
+    }
+
+    /// The gradient of micro-batch `index`'s loss times `factor` at `module`, in the
+    /// parameters' float type; an error when the loss does not depend on `module`.
+    pub fn micro_gradient(
+        &mut self,
+        index: usize,
+        module: &M,
+        factor: f64,
+    ) -> Result<GradientsParams, AccumError> {
+        let loss = (self.loss)(module, &self.batches[index].data);
+        if index == self.evaluated {
+            let weighted = widen(loss.clone().detach()).mul_scalar(self.weights[index]);
+            self.first_losses = Some(match self.first_losses.take() {
+                Some(sum) => sum + weighted,
+                None => weighted,
+            });
+            self.evaluated += 1;
+        }
+        let loss = widen(loss);
+        let loss = if factor == 1.0 {
+            loss
+        } else {
+            loss.mul_scalar(factor)
+        };
+        let grads = GradientsParams::from_grads(loss.backward(), module);
+        if grads.is_empty() {
+            return Err(AccumError::LossWithoutModule { index });
+        }
+        Ok(grads)
+    }
+
+    /// The window's loss, `sum_i w_i L_i / sum_i w_i` over the micro-batches evaluated so far
+    /// (all of them, unless a skipped SAM window stopped early), each from its first
+    /// evaluation (for SAM, at the unperturbed weights), detached. `None` before any.
+    pub fn loss(&self) -> Option<Tensor<B, 1>> {
+        let evaluated: f64 = self.weights[..self.evaluated].iter().sum();
+        let sum = self.first_losses.clone()?;
+        Some(if self.evaluated == self.len() {
+            sum
+        } else {
+            sum.div_scalar(evaluated)
+        })
+    }
+}
+
+/// The type gradients accumulate in: f64 stays f64, narrower types widen to f32.
+fn widen<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
+    match tensor.dtype() {
+        DType::F64 | DType::F32 => tensor,
+        _ => tensor.cast(FloatDType::F32),
+    }
+}
+
+/// A running sum of gradients by parameter, in f32 (or f64).
+#[derive(Default)]
+pub(crate) struct GradSum {
+    sum: GradientsParams,
+}
+
+impl GradSum {
+    /// Adds `grads`, an error when some belong to no parameter of `module`.
+    pub fn add<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+    ) -> Result<(), SamError> {
+        let gradients = grads.len();
+        let mut add = Add::<B> {
+            grads,
+            sum: &mut self.sum,
+            matched: 0,
+            backend: core::marker::PhantomData,
+        };
+        module.visit(&mut add);
+        if add.matched != gradients {
+            return Err(SamError::ForeignGradients {
+                gradients,
+                matched: add.matched,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn into_grads(self) -> GradientsParams {
+        self.sum
+    }
+}
+
+struct Add<'a, B> {
+    grads: GradientsParams,
+    sum: &'a mut GradientsParams,
+    matched: usize,
+    backend: core::marker::PhantomData<B>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        self.matched += 1;
+        let grad = widen(grad);
+        // The running sum is the only owner of its buffer: backends that can add in place.
+        let total = match self.sum.remove::<B::InnerBackend, D>(param.id) {
+            Some(sum) => sum + grad,
+            None => grad,
+        };
+        self.sum.register(param.id, total);
+    }
+}
