@@ -34,7 +34,15 @@ fn mean_ms(group: &Path, function: &str) -> f64 {
 fn bench() {
     run(
         "cargo",
-        &["bench", "--bench", "sam_step", "--bench", "sam_step_f16"],
+        &[
+            "bench",
+            "--bench",
+            "sam_step",
+            "--bench",
+            "sam_step_f16",
+            "--bench",
+            "accumulation",
+        ],
     );
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let criterion = PathBuf::from(target).join("criterion");
@@ -75,6 +83,40 @@ fn bench() {
             "| {name} | {unscaled:.2} | {scaled:.2} | {:.3} |",
             scaled / unscaled
         );
+    }
+    accumulation_table(&criterion);
+}
+
+/// k = 4 micro-batches against one batch of 4b: time and peak heap memory per step.
+fn accumulation_table(criterion: &Path) {
+    let path = criterion.join("accumulation_peak_bytes.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+    let peaks: serde_json::Value = serde_json::from_str(&text).expect("peak bytes");
+    let mib = |name: &str| peaks[name].as_f64().expect("peak bytes") / (1024.0 * 1024.0);
+    println!("\n| group | optimizer | large batch (ms, MiB) | accum4 (ms, MiB) | accum4_over_large_batch time | memory |");
+    println!("|---|---|---|---|---|---|");
+    for group in std::fs::read_dir(criterion)
+        .expect("criterion output")
+        .flatten()
+    {
+        let group = group.path();
+        let name = group.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("accumulation_") || group.is_file() {
+            continue;
+        }
+        for optimizer in ["sgd", "sam"] {
+            let large = format!("{optimizer}_large_batch");
+            let accum = format!("{optimizer}_accum4");
+            let (large_ms, accum_ms) = (mean_ms(&group, &large), mean_ms(&group, &accum));
+            println!(
+                "| {name} | {optimizer} | {large_ms:.1}, {:.1} | {accum_ms:.1}, {:.1} | {:.3} | {:.3} |",
+                mib(&large),
+                mib(&accum),
+                accum_ms / large_ms,
+                mib(&accum) / mib(&large),
+            );
+        }
     }
 }
 

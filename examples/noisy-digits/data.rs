@@ -1,0 +1,133 @@
+//! The UCI digits: loading, the fixed train/test split, and symmetric label noise.
+
+use std::io::Read;
+use std::path::Path;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{FloatDType, Int, Tensor, TensorData};
+
+pub const FEATURES: usize = 64;
+pub const CLASSES: usize = 10;
+
+/// Images (pixels scaled to [0, 1]) and labels.
+#[derive(Clone)]
+pub struct Digits {
+    pub pixels: Vec<[f32; FEATURES]>,
+    pub labels: Vec<usize>,
+}
+
+impl Digits {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let file = std::fs::File::open(path)
+            .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(file)
+            .read_to_string(&mut text)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        let mut digits = Digits {
+            pixels: Vec::new(),
+            labels: Vec::new(),
+        };
+        for (line_number, line) in text.lines().enumerate() {
+            let bad = |what: &str| format!("{}:{}: {what}", path.display(), line_number + 1);
+            let values: Vec<u8> = line
+                .split(',')
+                .map(|value| value.trim().parse())
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad("expected integers"))?;
+            let [pixels @ .., label] = values.as_slice() else {
+                return Err(bad("empty line"));
+            };
+            if pixels.len() != FEATURES || usize::from(*label) >= CLASSES {
+                return Err(bad("expected 64 pixels and a digit"));
+            }
+            let mut image = [0.0; FEATURES];
+            for (scaled, &pixel) in image.iter_mut().zip(pixels) {
+                *scaled = f32::from(pixel) / 16.0;
+            }
+            digits.pixels.push(image);
+            digits.labels.push(usize::from(*label));
+        }
+        Ok(digits)
+    }
+
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    fn select(&self, indices: &[usize]) -> Self {
+        Digits {
+            pixels: indices.iter().map(|&i| self.pixels[i]).collect(),
+            labels: indices.iter().map(|&i| self.labels[i]).collect(),
+        }
+    }
+
+    /// A fixed split (independent of the run's seed): `test` images held out, the rest trains.
+    pub fn split(&self, test: usize) -> (Self, Self) {
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        Rng::new(0x5eed).shuffle(&mut order);
+        let (test_indices, train_indices) = order.split_at(test);
+        (self.select(train_indices), self.select(test_indices))
+    }
+
+    /// Symmetric label noise: each label is replaced, with probability `noise`, by one of the
+    /// nine other classes drawn uniformly. Returns the fraction actually changed.
+    pub fn corrupt(&mut self, noise: f64, rng: &mut Rng) -> f64 {
+        let mut changed = 0;
+        for label in &mut self.labels {
+            if rng.uniform() < noise {
+                let other = 1 + rng.below(CLASSES - 1);
+                *label = (*label + other) % CLASSES;
+                changed += 1;
+            }
+        }
+        changed as f64 / self.len() as f64
+    }
+
+    /// The images at `indices` as a `[n, 64]` tensor of `dtype`, and their labels.
+    pub fn batch<B: Backend>(
+        &self,
+        indices: &[usize],
+        dtype: FloatDType,
+        device: &B::Device,
+    ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+        let pixels: Vec<f32> = indices.iter().flat_map(|&i| self.pixels[i]).collect();
+        let labels: Vec<i64> = indices.iter().map(|&i| self.labels[i] as i64).collect();
+        let x = Tensor::<B, 2>::from_data(TensorData::new(pixels, [indices.len(), FEATURES]), device);
+        let y = Tensor::from_data(TensorData::new(labels, [indices.len()]), device);
+        (x.cast(dtype), y)
+    }
+}
+
+/// SplitMix64: a small seeded generator for shuffles and noise.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in 0..n.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.uniform() * n as f64) as usize
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
