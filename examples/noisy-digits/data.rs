@@ -93,7 +93,8 @@ impl Digits {
     ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
         let pixels: Vec<f32> = indices.iter().flat_map(|&i| self.pixels[i]).collect();
         let labels: Vec<i64> = indices.iter().map(|&i| self.labels[i] as i64).collect();
-        let x = Tensor::<B, 2>::from_data(TensorData::new(pixels, [indices.len(), FEATURES]), device);
+        let x =
+            Tensor::<B, 2>::from_data(TensorData::new(pixels, [indices.len(), FEATURES]), device);
         let y = Tensor::from_data(TensorData::new(labels, [indices.len()]), device);
         (x.cast(dtype), y)
     }

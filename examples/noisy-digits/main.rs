@@ -14,9 +14,9 @@ mod train;
 use std::path::PathBuf;
 
 use burn::backend::Autodiff;
-use burn::tensor::backend::AutodiffBackend;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Sgd, SgdConfig};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::FloatDType;
 use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig};
 use clap::{Parser, ValueEnum};
@@ -31,7 +31,11 @@ type B = Autodiff<burn::backend::Cuda>;
 /// The backend the optimizers' state lives on.
 type Flat = <B as AutodiffBackend>::InnerBackend;
 
-const DEFAULT_DTYPE: Dtype = if cfg!(feature = "cuda") { Dtype::F16 } else { Dtype::F32 };
+const DEFAULT_DTYPE: Dtype = if cfg!(feature = "cuda") {
+    Dtype::F16
+} else {
+    Dtype::F32
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "SGD vs SAM vs ASAM on the UCI digits with noisy training labels")]
@@ -40,16 +44,16 @@ struct Args {
     #[arg(long, default_value_t = 0.5)]
     noise: f64,
     /// Epochs per run.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 150)]
     epochs: usize,
     /// Runs per method (seeds 1..=N: model init, label noise and batch order).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     seeds: u64,
-    /// SAM's neighbourhood radius.
-    #[arg(long, default_value_t = 0.1)]
+    /// SAM's neighbourhood radius (larger than the usual 0.05 helps under label noise).
+    #[arg(long, default_value_t = 0.3)]
     rho: f64,
     /// ASAM's radius (ASAM scales the perturbation by |w|: its rho is larger).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 2.0)]
     asam_rho: f64,
     /// Batch size.
     #[arg(long, default_value_t = 32)]
@@ -64,7 +68,12 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "256,256")]
     hidden: Vec<usize>,
     /// Methods to compare.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "sgd,sam,asam")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "sgd,sam,asam"
+    )]
     methods: Vec<Method>,
     /// Held-out test images (clean labels); the rest of the 1,797 train.
     #[arg(long, default_value_t = 597)]
@@ -159,7 +168,8 @@ fn run(args: &Args, method: Method, setup: &Setup, progress: impl FnMut(usize, f
             .init()
     };
     // 2^10 fits this model's f16 gradients; the scaler grows or backs off from there.
-    let scaling = (args.dtype == Dtype::F16).then(|| LossScalerConfig::new().with_init_scale(1024.0));
+    let scaling =
+        (args.dtype == Dtype::F16).then(|| LossScalerConfig::new().with_init_scale(1024.0));
     match (method, scaling) {
         (Method::Sgd, None) => train::train(setup, sgd(), progress),
         (Method::Sgd, Some(scaling)) => {
@@ -197,14 +207,21 @@ fn main() {
         Dtype::F32 => FloatDType::F32,
         Dtype::F16 => FloatDType::F16,
     };
-    let backend = core::any::type_name::<B>().rsplit("::").next().unwrap_or("?");
+    let backend = core::any::type_name::<B>()
+        .rsplit("::")
+        .next()
+        .unwrap_or("?");
     println!(
         "UCI digits: {} training images ({:.0}% of their labels noisy), {} test images (clean); \
          MLP 64-{}-10, {:?}, {backend}",
         train_clean.len(),
         args.noise * 100.0,
         test.len(),
-        args.hidden.iter().map(ToString::to_string).collect::<Vec<_>>().join("-"),
+        args.hidden
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("-"),
         args.dtype,
     );
 
@@ -249,15 +266,21 @@ fn main() {
     let mut json = serde_json::Map::new();
     let mut curves = Vec::new();
     for (method, runs) in &results {
-        let finals: Vec<f64> = runs.iter().map(|r| *r.test_accuracy.last().unwrap()).collect();
+        let finals: Vec<f64> = runs
+            .iter()
+            .map(|r| *r.test_accuracy.last().unwrap())
+            .collect();
         let (mean, sd) = mean_sd(&finals);
         let curve: Vec<f64> = (0..args.epochs)
             .map(|e| runs.iter().map(|r| r.test_accuracy[e]).sum::<f64>() / runs.len() as f64)
             .collect();
         let best = curve.iter().cloned().fold(0.0, f64::max);
-        let (train_accuracy, _) = mean_sd(&runs.iter().map(|r| r.train_accuracy).collect::<Vec<_>>());
+        let (train_accuracy, _) =
+            mean_sd(&runs.iter().map(|r| r.train_accuracy).collect::<Vec<_>>());
         let (seconds, _) = mean_sd(&runs.iter().map(|r| r.epoch_seconds).collect::<Vec<_>>());
-        let rho = args.rho(*method).map_or("-".to_string(), |rho| rho.to_string());
+        let rho = args
+            .rho(*method)
+            .map_or("-".to_string(), |rho| rho.to_string());
         println!(
             "| {} | {rho} | {:.1}% ± {:.1} | {:.1}% | {:.1}% | {:.2} s |",
             method.name(),

@@ -4,11 +4,21 @@ use std::fmt::Write;
 
 /// One line per method: its name and the mean test accuracy after each epoch.
 pub fn svg(title: &str, curves: &[(String, Vec<f64>)]) -> String {
-    const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+    const COLORS: [&str; 6] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+    ];
     let (width, height, left, right, top, bottom) = (720.0, 440.0, 60.0, 150.0, 40.0, 50.0);
     let (plot_w, plot_h) = (width - left - right, height - top - bottom);
-    let epochs = curves.iter().map(|(_, c)| c.len()).max().unwrap_or(1).max(2);
-    let lowest = curves.iter().flat_map(|(_, c)| c).fold(1.0_f64, |a, &b| a.min(b));
+    let epochs = curves
+        .iter()
+        .map(|(_, c)| c.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let lowest = curves
+        .iter()
+        .flat_map(|(_, c)| c)
+        .fold(1.0_f64, |a, &b| a.min(b));
     let floor = (lowest * 10.0).floor() / 10.0;
     let x = |epoch: usize| left + plot_w * (epoch as f64 - 1.0) / (epochs as f64 - 1.0);
     let y = |accuracy: f64| top + plot_h * (1.0 - (accuracy - floor) / (1.0 - floor));
@@ -19,7 +29,10 @@ pub fn svg(title: &str, curves: &[(String, Vec<f64>)]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(out, r#"<text x="{left}" y="24" font-size="14">{title}</text>"#);
+    let _ = writeln!(
+        out,
+        r#"<text x="{left}" y="24" font-size="14">{title}</text>"#
+    );
     // Horizontal grid lines every 0.05 (or 0.1 for wide ranges) of accuracy.
     let step = if 1.0 - floor > 0.5 { 0.1 } else { 0.05 };
     let mut level = floor;

@@ -1,147 +1,99 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
-//! - `ci`: formatting, clippy and the tests, as `.ci/run` checks them.
+//! - `ci`: formatting, clippy, the tests, the CUDA build, and the Vulkan suite when Mesa's
+//!   lavapipe is installed (`.ci/run` runs this).
+//! - `test-gpu [--build-only]`: the suite and a short run of the main example on CUDA.
+//! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16.
+//! - `test-tch`: the suite on LibTorch (the `torch` Python package's), f32 and f64.
 //! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch`).
-//! - `bench`: runs the benchmarks on Flex and prints SAM's cost against two base steps.
+//! - `bench`: runs the benchmarks on Flex and prints SAM's cost against its limits.
 
-use std::path::{Path, PathBuf};
+mod backends;
+mod bench;
+
 use std::process::{exit, Command};
 
-fn run(program: &str, args: &[&str]) {
+/// Runs `program args`, exiting with its status when it fails.
+pub fn run(program: &str, args: &[&str]) {
+    run_with(program, args, &[]);
+}
+
+/// Runs `program args` with extra environment variables, exiting when it fails.
+pub fn run_with(program: &str, args: &[&str], env: &[(&str, String)]) {
     eprintln!("$ {program} {}", args.join(" "));
     let status = Command::new(program)
         .args(args)
+        .envs(env.iter().map(|(key, value)| (key, value)))
         .status()
-        .unwrap_or_else(|error| panic!("cannot start {program}: {error}"));
+        .unwrap_or_else(|error| fail(&format!("cannot start {program}: {error}")));
     if !status.success() {
         eprintln!("`{program} {}` failed: {status}", args.join(" "));
         exit(status.code().unwrap_or(1));
     }
 }
 
-/// Criterion's mean estimate, in milliseconds, for `group/function`.
-fn mean_ms(group: &Path, function: &str) -> f64 {
-    let path = group.join(function).join("new/estimates.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
-    let estimates: serde_json::Value = serde_json::from_str(&text).expect("criterion estimates");
-    estimates["mean"]["point_estimate"]
-        .as_f64()
-        .expect("mean.point_estimate")
-        / 1e6
+/// Prints `message` and exits with status 1.
+pub fn fail(message: &str) -> ! {
+    eprintln!("error: {message}");
+    exit(1)
 }
 
-fn bench() {
+fn ci() {
+    run("cargo", &["fmt", "--all", "--", "--check"]);
     run(
         "cargo",
         &[
-            "bench",
-            "--bench",
-            "sam_step",
-            "--bench",
-            "sam_step_f16",
-            "--bench",
-            "accumulation",
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            "vulkan,cuda",
+            "--",
+            "-D",
+            "warnings",
         ],
     );
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let criterion = PathBuf::from(target).join("criterion");
-    let groups = std::fs::read_dir(&criterion).expect("criterion output");
-    println!("\n| model | base step (ms) | SAM step (ms) | ASAM step (ms) | sam_over_base | asam_over_base |");
-    println!("|---|---|---|---|---|---|");
-    for group in groups.flatten().map(|entry| entry.path()) {
-        let name = group.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("mlp_") {
-            continue;
-        }
-        let base = mean_ms(&group, "base_step");
-        let sam = mean_ms(&group, "sam_step");
-        let asam = mean_ms(&group, "asam_step");
-        println!(
-            "| {name} | {base:.2} | {sam:.2} | {asam:.2} | {:.3} | {:.3} |",
-            sam / (2.0 * base),
-            asam / (2.0 * base)
-        );
-    }
-    println!("\nsam_over_base = SAM step / (2 x base step); SAM's physical limit is 1.0 here.");
-    println!(
-        "\n| model | unscaled f16 SAM (ms) | scaled f16 SAM (ms) | scaled_over_unscaled_f16 |"
+    // The README's test command.
+    run("cargo", &["test", "--workspace"]);
+    // The GPU paths compile on every machine, so that they never rot.
+    run(
+        "cargo",
+        &[
+            "test",
+            "--workspace",
+            "--features",
+            "vulkan,cuda",
+            "--no-run",
+        ],
     );
-    println!("|---|---|---|---|");
-    for group in std::fs::read_dir(&criterion)
-        .expect("criterion output")
-        .flatten()
-    {
-        let group = group.path();
-        let name = group.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("f16_mlp_") {
-            continue;
-        }
-        let unscaled = mean_ms(&group, "unscaled");
-        let scaled = mean_ms(&group, "scaled");
-        println!(
-            "| {name} | {unscaled:.2} | {scaled:.2} | {:.3} |",
-            scaled / unscaled
-        );
-    }
-    accumulation_table(&criterion);
-}
-
-/// k = 4 micro-batches against one batch of 4b: time and peak heap memory per step.
-fn accumulation_table(criterion: &Path) {
-    let path = criterion.join("accumulation_peak_bytes.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
-    let peaks: serde_json::Value = serde_json::from_str(&text).expect("peak bytes");
-    let mib = |name: &str| peaks[name].as_f64().expect("peak bytes") / (1024.0 * 1024.0);
-    println!("\n| group | optimizer | large batch (ms, MiB) | accum4 (ms, MiB) | accum4_over_large_batch time | memory |");
-    println!("|---|---|---|---|---|---|");
-    for group in std::fs::read_dir(criterion)
-        .expect("criterion output")
-        .flatten()
-    {
-        let group = group.path();
-        let name = group.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("accumulation_") || group.is_file() {
-            continue;
-        }
-        for optimizer in ["sgd", "sam"] {
-            let large = format!("{optimizer}_large_batch");
-            let accum = format!("{optimizer}_accum4");
-            let (large_ms, accum_ms) = (mean_ms(&group, &large), mean_ms(&group, &accum));
-            println!(
-                "| {name} | {optimizer} | {large_ms:.1}, {:.1} | {accum_ms:.1}, {:.1} | {:.3} | {:.3} |",
-                mib(&large),
-                mib(&accum),
-                accum_ms / large_ms,
-                mib(&accum) / mib(&large),
-            );
-        }
+    if backends::lavapipe_installed() {
+        backends::test_vulkan(&["--features", "vulkan,cuda"]);
+    } else {
+        eprintln!("Mesa lavapipe is not installed: skipping the Vulkan suite (see `cargo xtask test-vulkan`)");
     }
 }
 
 fn main() {
-    let task = std::env::args().nth(1).unwrap_or_default();
-    match task.as_str() {
-        "ci" => {
-            run("cargo", &["fmt", "--all", "--", "--check"]);
-            run(
-                "cargo",
-                &[
-                    "clippy",
-                    "--workspace",
-                    "--all-targets",
-                    "--",
-                    "-D",
-                    "warnings",
-                ],
-            );
-            run("cargo", &["test", "--workspace"]);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["ci"] => ci(),
+        ["test-gpu"] => backends::test_gpu(false),
+        ["test-gpu", "--build-only"] => backends::test_gpu(true),
+        ["test-vulkan"] => {
+            backends::require_lavapipe();
+            backends::test_vulkan(&["--features", "vulkan"]);
         }
-        "reference" => run("python3", &["reference/sam_reference.py"]),
-        "bench" => bench(),
+        ["test-tch"] => backends::test_tch(),
+        ["reference"] => {
+            run("python3", &["reference/sam_reference.py"]);
+            run("python3", &["reference/scaler_reference.py"]);
+        }
+        ["bench"] => bench::bench(),
         _ => {
-            eprintln!("usage: cargo xtask <ci | reference | bench>");
+            eprintln!(
+                "usage: cargo xtask <ci | test-gpu [--build-only] | test-vulkan | test-tch | reference | bench>"
+            );
             exit(2);
         }
     }
