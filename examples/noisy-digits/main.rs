@@ -31,6 +31,11 @@ type B = Autodiff<burn::backend::Cuda>;
 /// The backend the optimizers' state lives on.
 type Flat = <B as AutodiffBackend>::InnerBackend;
 
+const BACKEND: &str = if cfg!(feature = "cuda") {
+    "CUDA"
+} else {
+    "Flex (CPU)"
+};
 const DEFAULT_DTYPE: Dtype = if cfg!(feature = "cuda") {
     Dtype::F16
 } else {
@@ -207,13 +212,9 @@ fn main() {
         Dtype::F32 => FloatDType::F32,
         Dtype::F16 => FloatDType::F16,
     };
-    let backend = core::any::type_name::<B>()
-        .rsplit("::")
-        .next()
-        .unwrap_or("?");
     println!(
         "UCI digits: {} training images ({:.0}% of their labels noisy), {} test images (clean); \
-         MLP 64-{}-10, {:?}, {backend}",
+         MLP 64-{}-10, {} parameters on {BACKEND}",
         train_clean.len(),
         args.noise * 100.0,
         test.len(),
@@ -222,7 +223,10 @@ fn main() {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("-"),
-        args.dtype,
+        match args.dtype {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16 (loss scaling, f32 master weights)",
+        },
     );
 
     let mut results = Vec::new();
