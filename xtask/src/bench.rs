@@ -1,106 +1,128 @@
-//! `cargo xtask bench`: runs the criterion benchmarks and prints the ratios users care about.
+//! `cargo xtask bench`: runs `benches/sam_cost.rs` and, when `torch` is installed,
+//! `reference/bench_torch.py`, and prints the ratios users care about.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
 
 use crate::run;
 
+const MODELS: [&str; 3] = ["mlp_100k", "mlp_2m", "cnn"];
+
 /// Criterion's mean estimate, in milliseconds, for `group/function`.
-fn mean_ms(group: &Path, function: &str) -> f64 {
-    let path = group.join(function).join("new/estimates.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
-    let estimates: serde_json::Value = serde_json::from_str(&text).expect("criterion estimates");
+fn mean_ms(criterion: &Path, group: &str, function: &str) -> f64 {
+    let path = criterion
+        .join(group)
+        .join(function)
+        .join("new/estimates.json");
+    let estimates = read_json(&path);
     estimates["mean"]["point_estimate"]
         .as_f64()
         .expect("mean.point_estimate")
         / 1e6
 }
 
-pub fn bench() {
-    run(
-        "cargo",
-        &[
-            "bench",
-            "--bench",
-            "sam_step",
-            "--bench",
-            "sam_step_f16",
-            "--bench",
-            "accumulation",
-        ],
-    );
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let criterion = PathBuf::from(target).join("criterion");
-    let groups = std::fs::read_dir(&criterion).expect("criterion output");
-    println!("\n| model | base step (ms) | SAM step (ms) | ASAM step (ms) | sam_over_base | asam_over_base |");
-    println!("|---|---|---|---|---|---|");
-    for group in groups.flatten().map(|entry| entry.path()) {
-        let name = group.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("mlp_") {
-            continue;
-        }
-        let base = mean_ms(&group, "base_step");
-        let sam = mean_ms(&group, "sam_step");
-        let asam = mean_ms(&group, "asam_step");
-        println!(
-            "| {name} | {base:.2} | {sam:.2} | {asam:.2} | {:.3} | {:.3} |",
-            sam / (2.0 * base),
-            asam / (2.0 * base)
-        );
-    }
-    println!("\nsam_over_base = SAM step / (2 x base step); SAM's physical limit is 1.0 here.");
-    println!(
-        "\n| model | unscaled f16 SAM (ms) | scaled f16 SAM (ms) | scaled_over_unscaled_f16 |"
-    );
-    println!("|---|---|---|---|");
-    for group in std::fs::read_dir(&criterion)
-        .expect("criterion output")
-        .flatten()
-    {
-        let group = group.path();
-        let name = group.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("f16_mlp_") {
-            continue;
-        }
-        let unscaled = mean_ms(&group, "unscaled");
-        let scaled = mean_ms(&group, "scaled");
-        println!(
-            "| {name} | {unscaled:.2} | {scaled:.2} | {:.3} |",
-            scaled / unscaled
-        );
-    }
-    accumulation_table(&criterion);
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+    serde_json::from_str(&text).expect("JSON")
 }
 
-/// k = 4 micro-batches against one batch of 4b: time and peak heap memory per step.
-fn accumulation_table(criterion: &Path) {
-    let path = criterion.join("accumulation_peak_bytes.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
-    let peaks: serde_json::Value = serde_json::from_str(&text).expect("peak bytes");
-    let mib = |name: &str| peaks[name].as_f64().expect("peak bytes") / (1024.0 * 1024.0);
-    println!("\n| group | optimizer | large batch (ms, MiB) | accum4 (ms, MiB) | accum4_over_large_batch time | memory |");
-    println!("|---|---|---|---|---|---|");
-    for group in std::fs::read_dir(criterion)
-        .expect("criterion output")
-        .flatten()
-    {
-        let group = group.path();
-        let name = group.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("accumulation_") || group.is_file() {
-            continue;
-        }
-        for optimizer in ["sgd", "sam"] {
-            let large = format!("{optimizer}_large_batch");
-            let accum = format!("{optimizer}_accum4");
-            let (large_ms, accum_ms) = (mean_ms(&group, &large), mean_ms(&group, &accum));
-            println!(
-                "| {name} | {optimizer} | {large_ms:.1}, {:.1} | {accum_ms:.1}, {:.1} | {:.3} | {:.3} |",
-                mib(&large),
-                mib(&accum),
-                accum_ms / large_ms,
-                mib(&accum) / mib(&large),
-            );
-        }
+/// PyTorch's timings of the same shapes, or why there are none.
+fn torch_timings() -> Result<Value, String> {
+    eprintln!("$ python3 reference/bench_torch.py");
+    let out = Command::new("python3")
+        .arg("reference/bench_torch.py")
+        .output()
+        .map_err(|error| format!("python3 did not start: {error}"))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().last().unwrap_or("").to_string();
+        return Err(format!(
+            "reference/bench_torch.py failed ({last}); `pip install torch`"
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|error| format!("bad JSON from torch: {error}"))
+}
+
+pub fn bench() {
+    run("cargo", &["bench", "--bench", "sam_cost"]);
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let criterion = PathBuf::from(target).join("criterion");
+    let torch = torch_timings();
+    let ms = |model: &str, function: &str| mean_ms(&criterion, model, function);
+    let facts: Vec<Value> = MODELS
+        .iter()
+        .map(|model| read_json(&criterion.join(format!("{model}.json"))))
+        .collect();
+
+    println!("\nSAM's cost on Flex (batch 128, SGD base); the limit of sam_over_base is 2.0:\n");
+    println!("| model | params | base step | SAM step | sam_over_base | ASAM step | asam_over_base | device reads per SAM step | PyTorch base | PyTorch SAM | PyTorch sam_over_base |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for (model, facts) in MODELS.iter().zip(&facts) {
+        let (base, sam, asam) = (
+            ms(model, "base_step"),
+            ms(model, "sam_step"),
+            ms(model, "asam_step"),
+        );
+        let torch_cells = match &torch {
+            Ok(torch) => format!(
+                "{:.2} ms | {:.2} ms | {:.3}",
+                torch[model]["base_ms"].as_f64().unwrap_or(f64::NAN),
+                torch[model]["sam_ms"].as_f64().unwrap_or(f64::NAN),
+                torch[model]["sam_over_base"].as_f64().unwrap_or(f64::NAN),
+            ),
+            Err(_) => "- | - | -".to_string(),
+        };
+        println!(
+            "| {model} | {} | {base:.2} ms | {sam:.2} ms | {:.3} | {asam:.2} ms | {:.3} | {} | {torch_cells} |",
+            facts["params"],
+            sam / base,
+            asam / base,
+            facts["sam_step_device_reads"],
+        );
+    }
+    match &torch {
+        Ok(torch) => println!(
+            "\nPyTorch {} on the CPU with {} threads (davda54/sam's algorithm).",
+            torch["torch"].as_str().unwrap_or("?"),
+            torch["threads"]
+        ),
+        Err(why) => println!("\nNo PyTorch comparison: {why}"),
+    }
+
+    println!("\nf16 parameters (real f16 arithmetic, f32 master weights in both):\n");
+    println!("| model | unscaled f16 SAM | scaled f16 SAM | scaled_over_unscaled_f16 | device reads per scaled step |");
+    println!("|---|---|---|---|---|");
+    for (model, facts) in MODELS.iter().zip(&facts) {
+        let (unscaled, scaled) = (
+            ms(model, "unscaled_f16_sam_step"),
+            ms(model, "scaled_f16_sam_step"),
+        );
+        println!(
+            "| {model} | {unscaled:.2} ms | {scaled:.2} ms | {:.3} | {} |",
+            scaled / unscaled,
+            facts["scaled_f16_sam_step_device_reads"]
+        );
+    }
+
+    println!(
+        "\nGradient accumulation, k = 4 micro-batches of 128 against one batch of 512 (SGD):\n"
+    );
+    println!("| model | large batch | accum4 | accum4_over_large_batch | peak heap, large batch | peak heap, accum4 | memory ratio |");
+    println!("|---|---|---|---|---|---|---|");
+    for (model, facts) in MODELS.iter().zip(&facts) {
+        let (large, accum) = (ms(model, "large_batch_step"), ms(model, "accum4_step"));
+        let mib = |key: &str| facts[key].as_f64().expect("peak bytes") / (1024.0 * 1024.0);
+        let (large_mib, accum_mib) = (
+            mib("large_batch_step_peak_bytes"),
+            mib("accum4_step_peak_bytes"),
+        );
+        println!(
+            "| {model} | {large:.2} ms | {accum:.2} ms | {:.3} | {large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2} |",
+            accum / large,
+            accum_mib / large_mib
+        );
     }
 }

@@ -44,7 +44,7 @@ mod scaler;
 pub use config::SamConfig;
 pub use error::SamError;
 pub use loss_scaled::{LossScaled, LossScaledConfig, ScaledStepReport};
-pub use params::grad_norm;
+pub use params::{device_reads, grad_norm};
 pub use precision::{cast_params, MasterWeightRecord, MixedPrecisionRecord};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaleError, LossScaler, LossScalerConfig, LossScalerRecord};

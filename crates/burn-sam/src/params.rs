@@ -3,12 +3,13 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, FloatDType, Tensor};
+use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 
 use crate::SamError;
 
@@ -47,6 +48,21 @@ fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
     let row = x.reshape([1, n]);
     let column = row.clone().reshape([n, 1]);
     row.matmul(column).reshape([1])
+}
+
+static DEVICE_READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times burn-sam has read values back from the device in this process. A SAM step
+/// reads once per pass (its gradient norm), a `LossScaled` step once; records read the master
+/// weights. Reads made by your own code are not counted. For benchmarks and tests.
+pub fn device_reads() -> u64 {
+    DEVICE_READS.load(Ordering::Relaxed)
+}
+
+/// Reads `tensor` back to the host, counted by [`device_reads`].
+pub(crate) fn read_back<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
+    DEVICE_READS.fetch_add(1, Ordering::Relaxed);
+    tensor.into_data()
 }
 
 /// The global L2 norm of `grads`, `sqrt(sum_p ||g_p||^2)`, computed in f32 (f64 for f64
@@ -94,7 +110,7 @@ pub(crate) fn weighted_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
         });
     }
     let norm = visitor.sum.map_or(0.0, |sum| {
-        let value = sum.into_data().iter::<f64>().next();
+        let value = read_back(sum).iter::<f64>().next();
         value.unwrap_or(f64::NAN).sqrt()
     });
     Ok(norm)

@@ -13,7 +13,7 @@ use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn::record::Record;
 use burn::tensor::backend::Backend;
 
-use crate::params::widen;
+use crate::params::{read_back, widen};
 use crate::scaler::{LossScaleError, LossScaler, LossScalerRecord};
 
 /// An f32 master copy, flattened: on the device, or as loaded from a record until its first
@@ -118,7 +118,7 @@ impl MixedPrecision {
         let host = |master: &Master| match master {
             Master::Device(tensor) => tensor
                 .downcast_ref::<Tensor<B::InnerBackend, 1>>()
-                .map(|tensor| tensor.to_data().iter::<f32>().collect()),
+                .map(|tensor| read_back(tensor.clone()).iter::<f32>().collect()),
             Master::Host(values) => Some(values.as_ref().clone()),
         };
         MixedPrecisionRecord {
