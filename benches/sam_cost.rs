@@ -129,6 +129,16 @@ fn base_step<'a, M: Net + 'a>(batch: &'a Batch) -> Step<'a, M> {
     })
 }
 
+/// SAM's floor: two forward/backward passes (the first gradient is dropped) and one base step.
+fn two_passes_step<'a, M: Net + 'a>(batch: &'a Batch) -> Step<'a, M> {
+    let mut sgd = SgdConfig::new().init();
+    Box::new(move |model: M| {
+        drop(GradientsParams::from_grads(loss(&model, batch).backward(), &model));
+        let grads = GradientsParams::from_grads(loss(&model, batch).backward(), &model);
+        sgd.step(1e-3, model, grads)
+    })
+}
+
 fn sam_step<'a, M: Net + 'a>(config: SamConfig, batch: &'a Batch) -> Step<'a, M> {
     let mut sam = config.init(SgdConfig::new().init());
     Box::new(move |model: M| {
@@ -170,6 +180,7 @@ fn bench_model<M: Net>(c: &mut Criterion, name: &str, model: M) {
 
     let mut steps: Vec<(&str, &M, Step<M>)> = vec![
         ("base_step", &model, base_step(&f32_batch)),
+        ("two_passes_step", &model, two_passes_step(&f32_batch)),
         ("sam_step", &model, sam_step(SamConfig::new(), &f32_batch)),
         ("asam_step", &model, sam_step(asam, &f32_batch)),
         (

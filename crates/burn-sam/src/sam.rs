@@ -371,15 +371,17 @@ impl<O> Sam<O> {
         F: FnMut(&M) -> Tensor<B, 1>,
     {
         let first = loss(&module);
-        let scaled = self.scale_loss(first.clone());
-        let grads = GradientsParams::from_grads(scaled.backward(), &module);
+        // Keeping only the value lets the first pass's graph, and the weights it saved, go
+        // once it is back-propagated: the base optimizer can then update them in place.
+        let first_value = first.clone().detach();
+        let grads = GradientsParams::from_grads(self.scale_loss(first).backward(), &module);
         let perturbed = self.ascend(module, grads)?;
         let second = self.scale_loss(loss(&perturbed));
         let grads = GradientsParams::from_grads(second.backward(), &perturbed);
         let (module, report) = self.descend(lr, perturbed, grads)?;
         Ok(SamStep {
             module,
-            loss: first.detach(),
+            loss: first_value,
             report,
         })
     }
