@@ -133,7 +133,10 @@ fn base_step<'a, M: Net + 'a>(batch: &'a Batch) -> Step<'a, M> {
 fn two_passes_step<'a, M: Net + 'a>(batch: &'a Batch) -> Step<'a, M> {
     let mut sgd = SgdConfig::new().init();
     Box::new(move |model: M| {
-        drop(GradientsParams::from_grads(loss(&model, batch).backward(), &model));
+        drop(GradientsParams::from_grads(
+            loss(&model, batch).backward(),
+            &model,
+        ));
         let grads = GradientsParams::from_grads(loss(&model, batch).backward(), &model);
         sgd.step(1e-3, model, grads)
     })
