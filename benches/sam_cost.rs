@@ -228,8 +228,10 @@ fn bench_model<M: Net>(c: &mut Criterion, name: &str, model: M) {
     group.finish();
 
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = std::path::Path::new(&target).join(format!("criterion/{name}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&facts).unwrap()).unwrap();
+    let folder = std::path::Path::new(&target).join("criterion");
+    std::fs::create_dir_all(&folder).expect("criterion output folder");
+    let json = serde_json::to_string_pretty(&facts).unwrap();
+    std::fs::write(folder.join(format!("{name}.json")), json).expect("benchmark facts");
 }
 
 fn sam_cost(c: &mut Criterion) {
