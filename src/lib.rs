@@ -1,5 +1,9 @@
 //! Models shared by burn-sam's conformance suite, examples and benchmarks.
 
+mod classifier;
+
+pub use classifier::{ClassBatch, ClassBatcher, Classifier, Example};
+
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};

@@ -9,12 +9,15 @@
 //! window's gradient (SAM on the large batch) and [`SamMode::PerMicroBatch`] perturbs each
 //! micro-batch by its own gradient (m-sharpness).
 //!
-//! See [`Accumulation`] for an example.
+//! See [`Accumulation`] for an example, and [`train`] (cargo feature `train`) for Burn's
+//! `Learner`.
 
 mod accumulation;
 mod config;
 mod error;
 mod optimizer;
+#[cfg(feature = "train")]
+pub mod train;
 mod window;
 
 pub use accumulation::{Accumulation, WindowStep, Windows};

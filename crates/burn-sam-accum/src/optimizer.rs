@@ -188,6 +188,7 @@ where
             descent.add(
                 &perturbed,
                 window.micro_gradient(index, &perturbed, factor)?,
+                1.0,
             )?;
             if index == last {
                 return Ok(self.descend(lr, perturbed, descent.into_grads())?);
@@ -200,7 +201,7 @@ where
 
 /// Casts each gradient to its parameter's float type: a plain optimizer steps f16 parameters
 /// with f16 gradients (accumulation itself ran in f32).
-fn cast_to_params<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn cast_to_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: GradientsParams,
 ) -> GradientsParams {

@@ -51,23 +51,7 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
         batches: &'a [MicroBatch<T>],
         loss: &'a mut dyn FnMut(&M, &T) -> Tensor<B, 1>,
     ) -> Result<Self, AccumError> {
-        if batches.is_empty() {
-            return Err(AccumError::EmptyWindow);
-        }
-        if let Some(index) = batches.iter().position(|batch| batch.items == Some(0)) {
-            return Err(AccumError::ZeroItems { index });
-        }
-        let weights = match batches.iter().map(|batch| batch.items).collect() {
-            Some(items) => {
-                let items: Vec<usize> = items;
-                let total: usize = items.iter().sum();
-                items.iter().map(|&n| n as f64 / total as f64).collect()
-            }
-            None if batches.iter().any(|batch| batch.items.is_some()) => {
-                return Err(AccumError::MixedItemCounts)
-            }
-            None => vec![1.0 / batches.len() as f64; batches.len()],
-        };
+        let weights = item_weights(batches.iter().map(|batch| batch.items))?;
         Ok(Self {
             batches,
             weights,
@@ -99,7 +83,7 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
         for index in 0..self.len() {
             let factor = f64::from(loss_scale) * self.weights[index];
             let grads = self.micro_gradient(index, module, factor)?;
-            sum.add(module, grads)?;
+            sum.add(module, grads, 1.0)?;
         }
         Ok(sum.into_grads())
     }
@@ -148,6 +132,29 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
     }
 }
 
+/// Each micro-batch's share of its window, `items / total items`, or `1 / len` when no
+/// micro-batch gives a count.
+pub(crate) fn item_weights(
+    items: impl ExactSizeIterator<Item = Option<usize>>,
+) -> Result<Vec<f64>, AccumError> {
+    let len = items.len();
+    if len == 0 {
+        return Err(AccumError::EmptyWindow);
+    }
+    let items: Vec<Option<usize>> = items.collect();
+    if let Some(index) = items.iter().position(|&count| count == Some(0)) {
+        return Err(AccumError::ZeroItems { index });
+    }
+    match items.iter().copied().collect::<Option<Vec<usize>>>() {
+        Some(counts) => {
+            let total: usize = counts.iter().sum();
+            Ok(counts.iter().map(|&n| n as f64 / total as f64).collect())
+        }
+        None if items.iter().any(Option::is_some) => Err(AccumError::MixedItemCounts),
+        None => Ok(vec![1.0 / len as f64; len]),
+    }
+}
+
 /// The type gradients accumulate in: f64 stays f64, narrower types widen to f32.
 fn widen<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
     match tensor.dtype() {
@@ -163,15 +170,17 @@ pub(crate) struct GradSum {
 }
 
 impl GradSum {
-    /// Adds `grads`, an error when some belong to no parameter of `module`.
+    /// Adds `weight * grads`, an error when some belong to no parameter of `module`.
     pub fn add<B: AutodiffBackend, M: AutodiffModule<B>>(
         &mut self,
         module: &M,
         grads: GradientsParams,
+        weight: f64,
     ) -> Result<(), SamError> {
         let gradients = grads.len();
         let mut add = Add::<B> {
             grads,
+            weight,
             sum: &mut self.sum,
             matched: 0,
             backend: core::marker::PhantomData,
@@ -193,6 +202,7 @@ impl GradSum {
 
 struct Add<'a, B> {
     grads: GradientsParams,
+    weight: f64,
     sum: &'a mut GradientsParams,
     matched: usize,
     backend: core::marker::PhantomData<B>,
@@ -204,7 +214,10 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
             return;
         };
         self.matched += 1;
-        let grad = widen(grad);
+        let mut grad = widen(grad);
+        if self.weight != 1.0 {
+            grad = grad.mul_scalar(self.weight);
+        }
         // The running sum is the only owner of its buffer: backends that can add in place.
         let total = match self.sum.remove::<B::InnerBackend, D>(param.id) {
             Some(sum) => sum + grad,

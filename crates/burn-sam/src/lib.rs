@@ -47,4 +47,4 @@ pub use loss_scaled::{LossScaled, LossScaledConfig, ScaledStepReport};
 pub use params::{device_reads, grad_norm};
 pub use precision::{cast_params, MasterWeightRecord, MixedPrecisionRecord};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
-pub use scaler::{LossScaleError, LossScaler, LossScalerConfig, LossScalerRecord};
+pub use scaler::{LossScaleError, LossScaleHandle, LossScaler, LossScalerConfig, LossScalerRecord};

@@ -6,7 +6,7 @@ use burn::tensor::Tensor;
 
 use crate::params;
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
-use crate::{LossScaler, LossScalerConfig, SamError};
+use crate::{LossScaleHandle, LossScaler, LossScalerConfig, SamError};
 
 /// Configuration of [`LossScaled`]: loss scaling and f32 master weights for any Burn
 /// optimizer, without SAM.
@@ -91,6 +91,12 @@ impl<O> LossScaled<O> {
     /// The current loss scale.
     pub fn loss_scale(&self) -> f32 {
         self.precision.loss_scale()
+    }
+
+    /// A shared view of the loss scale that follows this optimizer's updates (1 without loss
+    /// scaling).
+    pub fn loss_scale_handle(&self) -> LossScaleHandle {
+        self.precision.loss_scale_handle()
     }
 
     /// `loss * scale`, in f32: call `backward` on this.

@@ -14,7 +14,7 @@ use burn::record::Record;
 use burn::tensor::backend::Backend;
 
 use crate::params::{read_back, widen};
-use crate::scaler::{LossScaleError, LossScaler, LossScalerRecord};
+use crate::scaler::{LossScaleError, LossScaleHandle, LossScaler, LossScalerRecord};
 
 /// An f32 master copy, flattened: on the device, or as loaded from a record until its first
 /// use tells which device it belongs to.
@@ -28,6 +28,8 @@ enum Master {
 #[derive(Clone)]
 pub(crate) struct MixedPrecision {
     pub scaler: Option<LossScaler>,
+    /// Follows the scale as it changes, for code that cannot ask the optimizer.
+    published: LossScaleHandle,
     enabled: bool,
     copies: HashMap<ParamId, Master>,
 }
@@ -58,6 +60,7 @@ fn narrow(dtype: DType) -> bool {
 impl MixedPrecision {
     pub fn new(scaler: Option<LossScaler>, master_weights: bool) -> Self {
         Self {
+            published: LossScaleHandle::new(scaler.as_ref().map_or(1.0, LossScaler::scale)),
             scaler,
             enabled: master_weights,
             copies: HashMap::new(),
@@ -79,9 +82,17 @@ impl MixedPrecision {
 
     /// The one scale update of an optimizer step.
     pub fn update(&mut self, overflow: bool) -> Result<(), LossScaleError> {
-        self.scaler
+        let updated = self
+            .scaler
             .as_mut()
-            .map_or(Ok(()), |scaler| scaler.update(overflow))
+            .map_or(Ok(()), |scaler| scaler.update(overflow));
+        self.published.set(self.loss_scale());
+        updated
+    }
+
+    /// A view of the loss scale that follows every update and loaded record.
+    pub fn loss_scale_handle(&self) -> LossScaleHandle {
+        self.published.clone()
     }
 
     /// One base step: gradients divided by `loss_scale` in f32, parameters narrower than f32
@@ -139,6 +150,7 @@ impl MixedPrecision {
     pub fn load_record(&mut self, record: MixedPrecisionRecord) {
         if let Some(state) = record.loss_scaler {
             self.scaler = self.scaler.take().map(|scaler| scaler.load_record(state));
+            self.published.set(self.loss_scale());
         }
         self.copies = record
             .master_weights

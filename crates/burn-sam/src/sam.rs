@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 
 use crate::params::{self, Perturb, Restore, Snapshot};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
-use crate::{LossScaler, SamConfig, SamError};
+use crate::{LossScaleHandle, LossScaler, SamConfig, SamError};
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`.
 ///
@@ -144,6 +144,12 @@ impl<O> Sam<O> {
     /// The current loss scale, 1 without loss scaling.
     pub fn loss_scale(&self) -> f32 {
         self.precision.loss_scale()
+    }
+
+    /// A shared view of the loss scale that follows this optimizer's updates (1 without loss
+    /// scaling).
+    pub fn loss_scale_handle(&self) -> LossScaleHandle {
+        self.precision.loss_scale_handle()
     }
 
     /// `loss * scale` in f32, to call `backward` on when driving the phases yourself; the loss

@@ -2,6 +2,8 @@ use burn::config::Config;
 use burn::record::Record;
 use burn::tensor::backend::Backend;
 use burn::tensor::{FloatDType, Tensor};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// Configuration of a dynamic [`LossScaler`]. The defaults are PyTorch `GradScaler`'s.
 ///
@@ -253,5 +255,42 @@ impl LossScaler {
     pub fn load_record(mut self, record: LossScalerRecord) -> Self {
         self.state = record;
         self
+    }
+}
+
+/// A shared, read-only view of an optimizer's current loss scale, for code that computes
+/// gradients without access to the optimizer, such as a training strategy that only reaches
+/// it through Burn's `Learner`. It follows every scale update and loaded record of the
+/// optimizer it came from and of that optimizer's clones.
+///
+/// ```
+/// use burn::optim::SgdConfig;
+/// use burn_sam::{LossScalerConfig, SamConfig};
+///
+/// let sam = SamConfig::new()
+///     .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(1024.0)))
+///     .init(SgdConfig::new().init());
+/// assert_eq!(sam.loss_scale_handle().get(), 1024.0);
+/// ```
+#[derive(Clone, Debug)]
+pub struct LossScaleHandle(Arc<AtomicU32>);
+
+impl LossScaleHandle {
+    pub(crate) fn new(scale: f32) -> Self {
+        Self(Arc::new(AtomicU32::new(scale.to_bits())))
+    }
+
+    /// A handle that always reads 1, for optimizers without loss scaling.
+    pub fn unscaled() -> Self {
+        Self::new(1.0)
+    }
+
+    /// The current loss scale.
+    pub fn get(&self) -> f32 {
+        f32::from_bits(self.0.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set(&self, scale: f32) {
+        self.0.store(scale.to_bits(), Ordering::Relaxed);
     }
 }

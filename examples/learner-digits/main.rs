@@ -1,0 +1,250 @@
+//! An ordinary Burn `Learner` program on the UCI digits (metrics, renderer, validation,
+//! checkpoints, a scheduler), trained with Burn's default strategy (`--method sgd`) or with SAM
+//! through `burn_sam_accum::train::SamTraining` (`--method sam`), optionally with gradient
+//! accumulation (`--window`) and f16 loss scaling (`--dtype f16`).
+//!
+//! `cargo run --release --example learner-digits -- --method sam --window 2`
+
+#[path = "../noisy-digits/data.rs"]
+mod data;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use burn::backend::Autodiff;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::DataLoader;
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataset::InMemDataset;
+use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::lr_scheduler::LrScheduler;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{Optimizer, SgdConfig};
+use burn::record::CompactRecorder;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ElementConversion;
+use burn::tensor::FloatDType;
+use burn::train::metric::{AccuracyMetric, LossMetric};
+use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining, TrainingStrategy};
+use burn_sam::{cast_params, LossScalerConfig, SamConfig};
+use burn_sam_accum::train::SamTraining;
+use burn_sam_suite::{ClassBatch, Classifier, MlpConfig};
+use clap::{Parser, ValueEnum};
+
+use data::{Digits, Rng, CLASSES, FEATURES};
+
+#[cfg(not(feature = "cuda"))]
+type B = Autodiff<burn::backend::Flex>;
+#[cfg(feature = "cuda")]
+type B = Autodiff<burn::backend::Cuda>;
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Method {
+    /// SGD with momentum and Burn's default training strategy.
+    Sgd,
+    /// SAM over the same SGD, with `SamTraining`.
+    Sam,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Dtype {
+    F32,
+    F16,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Burn's Learner on the UCI digits, with or without SAM")]
+struct Args {
+    #[arg(long, value_enum, default_value = "sam")]
+    method: Method,
+    /// SAM's neighbourhood radius.
+    #[arg(long, default_value_t = 0.3)]
+    rho: f64,
+    /// Batches per optimizer step (SAM only).
+    #[arg(long, default_value_t = 1)]
+    window: usize,
+    /// Parameter type; f16 trains with dynamic loss scaling and f32 master weights (SAM only).
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Dtype,
+    #[arg(long, default_value_t = 40)]
+    epochs: usize,
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Peak learning rate of the cosine schedule.
+    #[arg(long, default_value_t = 0.05)]
+    lr: f64,
+    /// Fraction of training labels replaced by another class (0 <= noise < 0.9).
+    #[arg(long, default_value_t = 0.5)]
+    noise: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Where Burn writes metrics logs and checkpoints.
+    #[arg(long, default_value = "target/learner-digits")]
+    artifacts: PathBuf,
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/digits.csv.gz"))]
+    data: PathBuf,
+}
+
+type Model = Classifier<B>;
+type Inner = <B as AutodiffBackend>::InnerBackend;
+type Loader<Bk> = Arc<dyn DataLoader<Bk, ClassBatch<Bk>>>;
+
+/// The ordinary Burn part: metrics, checkpoints, the default renderer; `strategy` replaces
+/// Burn's default training loop.
+fn launch<LR, O>(
+    args: &Args,
+    train: Loader<B>,
+    valid: Loader<Inner>,
+    learner: Learner<LearningComponentsMarker<B, LR, Model, O>>,
+    strategy: Option<TrainingStrategy<LearningComponentsMarker<B, LR, Model, O>>>,
+) -> Classifier<Inner>
+where
+    LR: LrScheduler + 'static,
+    O: Optimizer<Model, B> + 'static,
+{
+    let training = SupervisedTraining::new(&args.artifacts, train, valid)
+        .metrics((AccuracyMetric::new(), LossMetric::new()))
+        .with_file_checkpointer(CompactRecorder::new())
+        .num_epochs(args.epochs)
+        .summary();
+    let training = match strategy {
+        Some(strategy) => training.with_training_strategy(strategy),
+        None => training,
+    };
+    training.launch(learner).model
+}
+
+/// Batches digits by index.
+#[derive(Clone)]
+struct DigitsBatcher {
+    digits: Arc<Digits>,
+}
+
+impl<Bk: Backend> Batcher<Bk, usize, ClassBatch<Bk>> for DigitsBatcher {
+    fn batch(&self, indices: Vec<usize>, device: &Bk::Device) -> ClassBatch<Bk> {
+        let (inputs, targets) = self.digits.batch(&indices, FloatDType::F32, device);
+        ClassBatch { inputs, targets }
+    }
+}
+
+fn loader<Bk: Backend>(digits: Digits, args: &Args) -> Loader<Bk> {
+    let len = digits.len();
+    let batcher = DigitsBatcher {
+        digits: Arc::new(digits),
+    };
+    DataLoaderBuilder::new(batcher)
+        .batch_size(args.batch_size)
+        .shuffle(args.seed)
+        .build(InMemDataset::new((0..len).collect::<Vec<usize>>()))
+}
+
+fn check(args: &Args) -> Result<(), String> {
+    let refuse = |flag: &str, value: String, allowed: &str| {
+        Err(format!("--{flag} = {value}: allowed {allowed}"))
+    };
+    if !(0.0..0.9).contains(&args.noise) {
+        return refuse("noise", args.noise.to_string(), "0 <= noise < 0.9");
+    }
+    if !(args.rho >= 0.0 && args.rho.is_finite()) {
+        return refuse("rho", args.rho.to_string(), "a finite rho >= 0");
+    }
+    if args.window == 0 {
+        return refuse("window", "0".into(), "an integer >= 1");
+    }
+    if args.epochs == 0 || args.batch_size == 0 {
+        return refuse("epochs/--batch-size", "0".into(), "integers >= 1");
+    }
+    if !(args.lr > 0.0 && args.lr.is_finite()) {
+        return refuse("lr", args.lr.to_string(), "a finite lr > 0");
+    }
+    if args.method == Method::Sgd && (args.window != 1 || args.dtype == Dtype::F16) {
+        return Err(
+            "--window and --dtype f16 need --method sam (Burn's default strategy \
+                    sums accumulated gradients and has no loss scaling)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(message) = check(&args) {
+        eprintln!("{message}");
+        std::process::exit(2);
+    }
+    let digits = Digits::load(&args.data).unwrap_or_else(|error| {
+        eprintln!("{error}");
+        std::process::exit(1);
+    });
+    let (mut train, test) = digits.split(597);
+    let changed = train.corrupt(args.noise, &mut Rng::new(args.seed.wrapping_mul(7919)));
+    eprintln!(
+        "{} training images ({:.1}% relabelled), {} clean test images",
+        train.len(),
+        100.0 * changed,
+        test.len()
+    );
+
+    let device = Default::default();
+    B::seed(&device, args.seed);
+    let model = Classifier {
+        mlp: MlpConfig::new(vec![FEATURES, 256, 256, CLASSES]).init(&device),
+    };
+    let model = match args.dtype {
+        Dtype::F32 => model,
+        Dtype::F16 => cast_params(model, FloatDType::F16),
+    };
+    let train: Loader<B> = loader(train, &args);
+    let valid: Loader<Inner> = loader(test.clone(), &args);
+    let steps = args.epochs * train.num_items().div_ceil(args.batch_size * args.window);
+    let scheduler = CosineAnnealingLrSchedulerConfig::new(args.lr, steps)
+        .init()
+        .expect("valid schedule");
+    let sgd = SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
+        .init();
+
+    let model = match args.method {
+        Method::Sgd => launch(
+            &args,
+            train,
+            valid,
+            Learner::new(model, sgd, scheduler),
+            None,
+        ),
+        Method::Sam => {
+            // What SAM adds: wrap the optimizer and hand the strategy to the training.
+            let scaling = (args.dtype == Dtype::F16).then(LossScalerConfig::new);
+            let optim = SamConfig::new()
+                .with_rho(args.rho)
+                .with_loss_scaling(scaling)
+                .init(sgd);
+            let strategy = SamTraining::new(device, &optim)
+                .with_accumulation(args.window)
+                .expect("checked above")
+                .with_items(ClassBatch::len);
+            let strategy = TrainingStrategy::Custom(Arc::new(strategy));
+            launch(
+                &args,
+                train,
+                valid,
+                Learner::new(model, optim, scheduler),
+                Some(strategy),
+            )
+        }
+    };
+    let indices: Vec<usize> = (0..test.len()).collect();
+    let (inputs, targets) = test.batch(&indices, FloatDType::F32, &device);
+    let output = model.forward_classification(ClassBatch { inputs, targets });
+    let right = output.output.argmax(1).squeeze::<1>().equal(output.targets);
+    let accuracy = right.int().sum().into_scalar().elem::<f64>() / test.len() as f64;
+    println!(
+        "{:?} ({:?}, window {}): clean test accuracy {:.1}% after {} epochs",
+        args.method,
+        args.dtype,
+        args.window,
+        100.0 * accuracy,
+        args.epochs
+    );
+}

@@ -1,0 +1,104 @@
+//! A classifier over an [`Mlp`] for Burn's `Learner`: its `TrainStep` is an ordinary one with
+//! the single line loss scaling needs ([`scale_loss`]).
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, Int, Tensor, TensorData};
+use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
+use burn_sam_accum::train::scale_loss;
+
+use crate::Mlp;
+
+/// An [`Mlp`] giving class logits; inputs are cast to the parameters' float type (f16 models
+/// take the f32 batches as they are).
+#[derive(Module, Debug)]
+pub struct Classifier<B: Backend> {
+    /// The network.
+    pub mlp: Mlp<B>,
+}
+
+/// One example: features and a class.
+#[derive(Clone, Debug)]
+pub struct Example {
+    /// Input features.
+    pub features: Vec<f32>,
+    /// Class index.
+    pub label: usize,
+}
+
+/// A batch of [`Example`]s on a device.
+#[derive(Clone, Debug)]
+pub struct ClassBatch<B: Backend> {
+    /// `[batch, features]`.
+    pub inputs: Tensor<B, 2>,
+    /// `[batch]` class indices.
+    pub targets: Tensor<B, 1, Int>,
+}
+
+impl<B: Backend> ClassBatch<B> {
+    /// Examples in the batch.
+    pub fn len(&self) -> usize {
+        self.targets.dims()[0]
+    }
+
+    /// Never true: a data loader makes no empty batch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Stacks [`Example`]s into a [`ClassBatch`].
+#[derive(Clone, Debug, Default)]
+pub struct ClassBatcher;
+
+impl<B: Backend> Batcher<B, Example, ClassBatch<B>> for ClassBatcher {
+    fn batch(&self, items: Vec<Example>, device: &B::Device) -> ClassBatch<B> {
+        let width = items.first().map_or(0, |item| item.features.len());
+        let features: Vec<f32> = items
+            .iter()
+            .flat_map(|item| item.features.clone())
+            .collect();
+        let labels: Vec<i64> = items.iter().map(|item| item.label as i64).collect();
+        ClassBatch {
+            inputs: Tensor::from_data(TensorData::new(features, [items.len(), width]), device),
+            targets: Tensor::from_data(TensorData::new(labels, [items.len()]), device),
+        }
+    }
+}
+
+impl<B: Backend> Classifier<B> {
+    /// Logits and the mean cross-entropy, computed in f32.
+    pub fn forward_classification(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
+        let dtype = self.mlp.layers[0].weight.val().dtype();
+        let logits = self
+            .mlp
+            .forward(batch.inputs.cast(dtype))
+            .cast(FloatDType::F32);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.clone(), batch.targets.clone());
+        ClassificationOutput::new(loss, logits, batch.targets)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for Classifier<B> {
+    type Input = ClassBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let item = self.forward_classification(batch);
+        let grads = scale_loss(item.loss.clone()).backward();
+        TrainOutput::new(self, grads, item)
+    }
+}
+
+impl<B: Backend> InferenceStep for Classifier<B> {
+    type Input = ClassBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
+        self.forward_classification(batch)
+    }
+}

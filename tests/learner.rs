@@ -1,0 +1,483 @@
+//! `SamTraining` inside Burn's `Learner` on Flex (f32): training improves the model, rho = 0
+//! is Burn's default strategy, resuming equals the uninterrupted run, the LR scheduler advances
+//! once per optimizer step, accumulation equals the large batch.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use burn::backend::{Autodiff, Flex};
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::lr_scheduler::linear::LinearLrScheduler;
+use burn::lr_scheduler::linear::LinearLrSchedulerConfig;
+use burn::lr_scheduler::LrScheduler;
+use burn::module::{AutodiffModule, Module};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{Adam, Sgd};
+use burn::optim::{
+    AdamConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SgdConfig,
+};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::tensor::Tensor;
+use burn::train::checkpoint::KeepLastNCheckpoints;
+use burn::train::metric::MetricDefinition;
+use burn::train::metric::{AccuracyMetric, LossMetric};
+use burn::train::renderer::{
+    EvaluationName, EvaluationProgress, MetricState, MetricsRenderer, MetricsRendererEvaluation,
+    MetricsRendererTraining, ProgressType, TrainingProgress,
+};
+use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining, TrainingStrategy};
+use burn_sam::{LossScalerConfig, Sam, SamConfig, SamRecord};
+use burn_sam_accum::train::{SamTraining, TrainingOptimizer};
+use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig};
+
+type B = Autodiff<Flex>;
+type Model = Classifier<B>;
+
+const FEATURES: usize = 6;
+const CLASSES: usize = 3;
+
+/// Three overlapping Gaussian-ish blobs, deterministic.
+fn blobs(count: usize, seed: u64) -> Vec<Example> {
+    let mut state = seed;
+    let mut uniform = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 11) as f64 / (1u64 << 53) as f64) as f32
+    };
+    (0..count)
+        .map(|i| {
+            let label = i % CLASSES;
+            let features = (0..FEATURES)
+                .map(|d| {
+                    let centre = if d % CLASSES == label { 1.5 } else { 0.0 };
+                    let noise: f32 = (0..3).map(|_| uniform() - 0.5).sum();
+                    centre + 1.2 * noise
+                })
+                .collect();
+            Example { features, label }
+        })
+        .collect()
+}
+
+fn model() -> Model {
+    let device = Default::default();
+    let model = Classifier {
+        mlp: MlpConfig::new(vec![FEATURES, 16, CLASSES]).init(&device),
+    };
+    // Lazy parameters: initialise them before the model is cloned into several runs.
+    model.valid();
+    model
+}
+
+fn train_loader(batch: usize, shuffle: Option<u64>) -> Arc<dyn DataLoader<B, ClassBatch<B>>> {
+    let builder = DataLoaderBuilder::new(ClassBatcher).batch_size(batch);
+    let builder = match shuffle {
+        Some(seed) => builder.shuffle(seed),
+        None => builder,
+    };
+    builder.build(InMemDataset::new(blobs(120, 7)))
+}
+
+fn valid_loader() -> Arc<dyn DataLoader<Flex, ClassBatch<Flex>>> {
+    DataLoaderBuilder::new(ClassBatcher)
+        .batch_size(60)
+        .build(InMemDataset::new(blobs(60, 99)))
+}
+
+/// Accuracy on the validation blobs.
+fn accuracy(model: &Classifier<Flex>) -> f64 {
+    let loader = valid_loader();
+    let (mut right, mut total) = (0usize, 0usize);
+    for batch in loader.iter() {
+        let output = model.forward_classification(batch);
+        let predicted = output.output.argmax(1).squeeze::<1>();
+        right += predicted.equal(output.targets).int().sum().into_scalar() as usize;
+        total += 60;
+    }
+    right as f64 / total as f64
+}
+
+fn weights<M: Module<Flex>>(model: &M) -> Vec<f32> {
+    let mut values = Vec::new();
+    for tensor in model_tensors(model) {
+        values.extend(tensor.into_data().iter::<f32>());
+    }
+    values
+}
+
+fn model_tensors<M: Module<Flex>>(model: &M) -> Vec<Tensor<Flex, 1>> {
+    struct Collect(Vec<Tensor<Flex, 1>>);
+    impl burn::module::ModuleVisitor<Flex> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<Flex, D>>) {
+            self.0.push(param.val().flatten(0, D - 1));
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// A renderer that shows nothing: tests run many trainings.
+struct Quiet;
+
+impl MetricsRendererTraining for Quiet {
+    fn update_train(&mut self, _state: MetricState) {}
+    fn update_valid(&mut self, _state: MetricState) {}
+    fn render_train(&mut self, _item: TrainingProgress, _progress: Vec<ProgressType>) {}
+    fn render_valid(&mut self, _item: TrainingProgress, _progress: Vec<ProgressType>) {}
+}
+
+impl MetricsRendererEvaluation for Quiet {
+    fn update_test(&mut self, _name: EvaluationName, _state: MetricState) {}
+    fn render_test(&mut self, _item: EvaluationProgress, _progress: Vec<ProgressType>) {}
+}
+
+impl MetricsRenderer for Quiet {
+    fn manual_close(&mut self) {}
+    fn register_metric(&mut self, _definition: MetricDefinition) {}
+}
+
+/// A fresh, empty directory for one training's artifacts.
+fn artifacts(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("burn-sam-learner-{}-{name}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+type Components<LR, O> = LearningComponentsMarker<B, LR, Model, O>;
+
+/// Trains `learner` for `epochs` with Burn's file checkpointer (every epoch kept) and returns
+/// the model; `strategy` replaces Burn's default one, `resume` continues from a checkpoint.
+fn run<LR, O>(
+    dir: &Path,
+    loader: Arc<dyn DataLoader<B, ClassBatch<B>>>,
+    epochs: usize,
+    learner: Learner<Components<LR, O>>,
+    strategy: Option<SamTraining<Components<LR, O>>>,
+    resume: Option<usize>,
+) -> Classifier<Flex>
+where
+    LR: LrScheduler + 'static,
+    O: Optimizer<Model, B> + TrainingOptimizer + 'static,
+{
+    let mut training = SupervisedTraining::new(dir, loader, valid_loader())
+        .metrics((AccuracyMetric::new(), LossMetric::new()))
+        .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+        .with_checkpointing_strategy(KeepLastNCheckpoints::new(100))
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .num_epochs(epochs);
+    if let Some(strategy) = strategy {
+        training = training.with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)));
+    }
+    if let Some(epoch) = resume {
+        training = training.checkpoint(epoch);
+    }
+    training.launch(learner).model
+}
+
+fn sgd() -> OptimizerAdaptor<Sgd<Flex>, Model, B> {
+    SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
+        .init()
+}
+
+#[test]
+fn two_epochs_of_sam_improve_accuracy() {
+    let model = model();
+    let before = accuracy(&model.valid());
+    let optim = SamConfig::new().with_rho(0.05).init(sgd());
+    let strategy = SamTraining::new(Default::default(), &optim);
+    let learner = Learner::new(model, optim, 0.05);
+    let dir = artifacts("improve");
+    let trained = run(
+        &dir,
+        train_loader(16, Some(3)),
+        2,
+        learner,
+        Some(strategy),
+        None,
+    );
+    let after = accuracy(&trained);
+    println!("accuracy before {before:.3}, after two epochs {after:.3}");
+    assert!(after > 0.8 && after > before + 0.3, "{before} -> {after}");
+}
+
+#[test]
+fn rho_zero_is_burns_default_strategy() {
+    let model = model();
+    let dir = artifacts("default");
+    let burn = run(
+        &dir,
+        train_loader(16, Some(3)),
+        2,
+        Learner::new(model.clone(), sgd(), 0.05),
+        None,
+        None,
+    );
+    let optim = SamConfig::new().with_rho(0.0).init(sgd());
+    let strategy = SamTraining::new(Default::default(), &optim);
+    let dir = artifacts("rho-zero");
+    let ours = run(
+        &dir,
+        train_loader(16, Some(3)),
+        2,
+        Learner::new(model.clone(), optim, 0.05),
+        Some(strategy),
+        None,
+    );
+    let difference = max_difference(&weights(&burn), &weights(&ours));
+    assert_eq!(difference, 0.0, "rho = 0 against Burn's default strategy");
+    // And SAM with rho > 0 does differ: the comparison can fail.
+    let optim = SamConfig::new().with_rho(0.05).init(sgd());
+    let strategy = SamTraining::new(Default::default(), &optim);
+    let dir = artifacts("rho-positive");
+    let sam = run(
+        &dir,
+        train_loader(16, Some(3)),
+        2,
+        Learner::new(model, optim, 0.05),
+        Some(strategy),
+        None,
+    );
+    assert!(max_difference(&weights(&burn), &weights(&sam)) > 1e-3);
+}
+
+type ScaledSam = Sam<OptimizerAdaptor<Adam, Model, B>>;
+
+fn scaled_sam() -> ScaledSam {
+    // A short growth interval: the loss scale changes during the run, so its state matters.
+    let scaling = LossScalerConfig::new()
+        .with_init_scale(256.0)
+        .with_growth_interval(3);
+    SamConfig::new()
+        .with_rho(0.05)
+        .with_loss_scaling(Some(scaling))
+        .init(AdamConfig::new().init())
+}
+
+fn scheduler() -> LinearLrScheduler {
+    LinearLrSchedulerConfig::new(0.02, 0.002, 40)
+        .init()
+        .unwrap()
+}
+
+fn sam_record(dir: &Path, epoch: usize) -> SamRecord {
+    let record: <ScaledSam as Optimizer<Model, B>>::Record =
+        NamedMpkFileRecorder::<FullPrecisionSettings>::new()
+            .load(
+                dir.join("checkpoint").join(format!("optim-{epoch}")),
+                &Default::default(),
+            )
+            .unwrap();
+    record.1
+}
+
+#[test]
+fn resuming_from_a_checkpoint_equals_the_uninterrupted_run() {
+    let model = model();
+    let fresh = || {
+        let optim = scaled_sam();
+        let strategy = SamTraining::new(Default::default(), &optim)
+            .with_accumulation(2)
+            .unwrap();
+        (Learner::new(model.clone(), optim, scheduler()), strategy)
+    };
+
+    let whole = artifacts("whole");
+    let (learner, strategy) = fresh();
+    let uninterrupted = run(
+        &whole,
+        train_loader(16, Some(5)),
+        4,
+        learner,
+        Some(strategy),
+        None,
+    );
+
+    let parts = artifacts("parts");
+    let (learner, strategy) = fresh();
+    run(
+        &parts,
+        train_loader(16, Some(5)),
+        2,
+        learner,
+        Some(strategy),
+        None,
+    );
+    let (learner, strategy) = fresh();
+    let resumed = run(
+        &parts,
+        train_loader(16, Some(5)),
+        4,
+        learner,
+        Some(strategy),
+        Some(2),
+    );
+
+    assert_eq!(
+        max_difference(&weights(&uninterrupted), &weights(&resumed)),
+        0.0
+    );
+    let (expected, actual) = (sam_record(&whole, 4), sam_record(&parts, 4));
+    assert_eq!(actual.stats, expected.stats);
+    assert_eq!(
+        actual.stats.steps, 16,
+        "4 epochs of ceil(8 batches / 2) steps"
+    );
+    let (expected, actual) = (
+        expected.mixed_precision.loss_scaler.unwrap(),
+        actual.mixed_precision.loss_scaler.unwrap(),
+    );
+    assert!(expected.scale > 256.0, "the scale grew: {}", expected.scale);
+    assert_eq!(actual, expected);
+}
+
+/// SGD that records the learning rate of each of its steps.
+#[derive(Clone)]
+struct RecordLr {
+    inner: OptimizerAdaptor<Sgd<Flex>, Model, B>,
+    seen: Arc<Mutex<Vec<LearningRate>>>,
+}
+
+impl Optimizer<Model, B> for RecordLr {
+    type Record = <OptimizerAdaptor<Sgd<Flex>, Model, B> as Optimizer<Model, B>>::Record;
+
+    fn step(&mut self, lr: LearningRate, module: Model, grads: GradientsParams) -> Model {
+        self.seen.lock().unwrap().push(lr);
+        self.inner.step(lr, module, grads)
+    }
+
+    fn step_multi(
+        &mut self,
+        lr: LearningRate,
+        module: Model,
+        grads: MultiGradientsParams,
+    ) -> Model {
+        self.seen.lock().unwrap().push(lr);
+        self.inner.step_multi(lr, module, grads)
+    }
+
+    fn to_record(&self) -> Self::Record {
+        self.inner.to_record()
+    }
+
+    fn load_record(mut self, record: Self::Record) -> Self {
+        self.inner = self.inner.load_record(record);
+        self
+    }
+}
+
+#[test]
+fn the_scheduler_advances_once_per_optimizer_step() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let base = RecordLr {
+        inner: sgd(),
+        seen: seen.clone(),
+    };
+    let optim = SamConfig::new().with_rho(0.05).init(base);
+    // 120 examples in batches of 16: 7 full batches and one of 8; windows of 3.
+    let strategy = SamTraining::new(Default::default(), &optim)
+        .with_accumulation(3)
+        .unwrap()
+        .with_items(ClassBatch::len);
+    let dir = artifacts("lr");
+    run(
+        &dir,
+        train_loader(16, None),
+        2,
+        Learner::new(model(), optim, scheduler()),
+        Some(strategy),
+        None,
+    );
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        2 * 3,
+        "ceil(8 / 3) optimizer steps per epoch, 2 epochs"
+    );
+    let mut reference = scheduler();
+    let expected: Vec<LearningRate> = (0..seen.len()).map(|_| reference.step()).collect();
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn accumulated_windows_equal_the_large_batch() {
+    // Batches of 8 in windows of 2 against batches of 16: 120 examples give 7 windows of two
+    // and a last, partial window of one batch of 8, like the large batches' last one.
+    let model = model();
+    let trained = |batch: usize, window: usize, name: &str| {
+        let optim = SamConfig::new().with_rho(0.05).init(sgd());
+        let strategy = SamTraining::new(Default::default(), &optim)
+            .with_accumulation(window)
+            .unwrap()
+            .with_items(ClassBatch::len);
+        let learner = Learner::new(model.clone(), optim, 0.05);
+        weights(&run(
+            &artifacts(name),
+            train_loader(batch, None),
+            2,
+            learner,
+            Some(strategy),
+            None,
+        ))
+    };
+    let large = trained(16, 1, "large");
+    let accumulated = trained(8, 2, "accumulated");
+    let difference = max_difference(&large, &accumulated);
+    assert!(
+        difference < 1e-5,
+        "accumulated against large batch: {difference}"
+    );
+    // Without accumulation the small batches train differently: the comparison can fail.
+    let small = trained(8, 1, "small");
+    assert!(max_difference(&large, &small) > 1e-3);
+}
+
+#[test]
+fn uneven_batches_are_weighted_by_their_items() {
+    // One window per epoch: seven batches of 16 and one of 8 against one batch of 120.
+    let model = model();
+    let trained = |batch: usize, window: usize, items: bool| {
+        let optim = SamConfig::new().with_rho(0.05).init(sgd());
+        let strategy = SamTraining::new(Default::default(), &optim)
+            .with_accumulation(window)
+            .unwrap();
+        let strategy = if items {
+            strategy.with_items(ClassBatch::len)
+        } else {
+            strategy
+        };
+        let learner = Learner::new(model.clone(), optim, 0.05);
+        let dir = artifacts(&format!("uneven-{batch}-{items}"));
+        weights(&run(
+            &dir,
+            train_loader(batch, None),
+            3,
+            learner,
+            Some(strategy),
+            None,
+        ))
+    };
+    let whole = trained(120, 1, false);
+    let difference = max_difference(&whole, &trained(16, 8, true));
+    assert!(
+        difference < 1e-5,
+        "weighted by items against one batch: {difference}"
+    );
+    // Equal weights over-weight the short batch.
+    assert!(max_difference(&whole, &trained(16, 8, false)) > 1e-4);
+}
