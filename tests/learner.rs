@@ -19,7 +19,8 @@ use burn::optim::{
     AdamConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SgdConfig,
 };
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
-use burn::tensor::Tensor;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::MetricDefinition;
 use burn::train::metric::{AccuracyMetric, LossMetric};
@@ -27,8 +28,11 @@ use burn::train::renderer::{
     EvaluationName, EvaluationProgress, MetricState, MetricsRenderer, MetricsRendererEvaluation,
     MetricsRendererTraining, ProgressType, TrainingProgress,
 };
-use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining, TrainingStrategy};
-use burn_sam::{LossScalerConfig, Sam, SamConfig, SamRecord};
+use burn::train::{
+    ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
+    TrainOutput, TrainStep, TrainingStrategy,
+};
+use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord};
 use burn_sam_accum::train::{SamTraining, TrainingOptimizer};
 use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig};
 
@@ -480,4 +484,90 @@ fn uneven_batches_are_weighted_by_their_items() {
     );
     // Equal weights over-weight the short batch.
     assert!(max_difference(&whole, &trained(16, 8, false)) > 1e-4);
+}
+
+#[test]
+fn an_f16_model_trains_with_loss_scaling() {
+    let model = cast_params(model(), FloatDType::F16);
+    let before = accuracy(&model.valid());
+    let optim = SamConfig::new()
+        .with_rho(0.05)
+        .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(1024.0)))
+        .init(sgd());
+    let strategy = SamTraining::new(Default::default(), &optim);
+    let dir = artifacts("f16");
+    let trained = run(
+        &dir,
+        train_loader(16, Some(3)),
+        2,
+        Learner::new(model, optim, 0.05),
+        Some(strategy),
+        None,
+    );
+    let after = accuracy(&trained);
+    println!("f16: accuracy before {before:.3}, after two epochs {after:.3}");
+    assert_eq!(trained.mlp.layers[0].weight.val().dtype(), DType::F16);
+    assert!(after > 0.8 && after > before + 0.3, "{before} -> {after}");
+    let record: <Sam<OptimizerAdaptor<Sgd<Flex>, Model, B>> as Optimizer<Model, B>>::Record =
+        NamedMpkFileRecorder::<FullPrecisionSettings>::new()
+            .load(dir.join("checkpoint").join("optim-2"), &Default::default())
+            .unwrap();
+    let scaler = record
+        .1
+        .mixed_precision
+        .loss_scaler
+        .expect("the scaler is checkpointed");
+    assert_eq!(record.1.stats.steps, 16, "2 epochs of 8 batches");
+    assert_eq!(scaler.overflows, u64::from(scaler.scale < 1024.0));
+    assert_eq!(
+        record.1.mixed_precision.master_weights.len(),
+        4,
+        "f32 masters of the f16 weights"
+    );
+}
+
+/// The classifier with a `TrainStep` that back-propagates its loss as it is.
+#[derive(Module, Debug)]
+struct Unscaled<B: Backend> {
+    classifier: Classifier<B>,
+}
+
+impl<B: AutodiffBackend> TrainStep for Unscaled<B> {
+    type Input = ClassBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let item = self.classifier.forward_classification(batch);
+        TrainOutput::new(self, item.loss.backward(), item)
+    }
+}
+
+impl<B: Backend> InferenceStep for Unscaled<B> {
+    type Input = ClassBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
+        self.classifier.forward_classification(batch)
+    }
+}
+
+#[test]
+#[should_panic(expected = "the TrainStep did not call burn_sam_accum::train::scale_loss")]
+fn loss_scaling_without_scale_loss_in_the_train_step_is_refused() {
+    let model = Unscaled {
+        classifier: model(),
+    };
+    let optim = SamConfig::new()
+        .with_loss_scaling(Some(LossScalerConfig::new()))
+        .init(SgdConfig::new().init());
+    let strategy = SamTraining::new(Default::default(), &optim);
+    SupervisedTraining::new(
+        artifacts("unscaled"),
+        train_loader(16, None),
+        valid_loader(),
+    )
+    .renderer(Quiet)
+    .with_application_logger(None)
+    .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
+    .launch(Learner::new(model, optim, 0.05));
 }
