@@ -78,6 +78,27 @@ pub fn test_gpu(build_only: bool) {
         args.extend(["--plot", plot.to_str().expect("UTF-8 path")]);
         run("cargo", &args);
     }
+    // Burn's Learner with SamTraining, f16 with loss scaling and accumulation.
+    run(
+        "cargo",
+        &[
+            "run",
+            "--release",
+            "--features",
+            "cuda",
+            "--example",
+            "learner-digits",
+            "--",
+            "--method",
+            "sam",
+            "--dtype",
+            "f16",
+            "--window",
+            "2",
+            "--epochs",
+            "5",
+        ],
+    );
 }
 
 /// Builds the CUDA test binaries and the example into one folder, for a GPU host without a

@@ -74,6 +74,8 @@ fn ci() {
             "vulkan_f16",
             "--example",
             "noisy-digits",
+            "--example",
+            "learner-digits",
         ],
     );
     if backends::lavapipe_installed() {

@@ -144,8 +144,8 @@ type ItemCount<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 /// partial window flushed, loss scaling. See the [module documentation](self).
 ///
 /// ```no_run
-/// # use burn::train::{LearningComponentsMarker, TrainingStrategy};
-/// # fn wire<LC: burn::train::LearningComponentsTypes>(
+/// # use burn::train::TrainingStrategy;
+/// # fn wire<LC: burn::train::LearningComponentsTypes + 'static>(
 /// #     device: burn::tensor::Device<LC::Backend>, optim: &LC::Optimizer,
 /// # ) -> TrainingStrategy<LC>
 /// # where LC::Optimizer: burn_sam_accum::train::TrainingOptimizer,

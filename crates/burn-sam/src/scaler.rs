@@ -264,12 +264,15 @@ impl LossScaler {
 /// optimizer it came from and of that optimizer's clones.
 ///
 /// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::Linear;
 /// use burn::optim::SgdConfig;
 /// use burn_sam::{LossScalerConfig, SamConfig};
 ///
+/// let sgd = SgdConfig::new().init::<Autodiff<Flex>, Linear<Autodiff<Flex>>>();
 /// let sam = SamConfig::new()
 ///     .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(1024.0)))
-///     .init(SgdConfig::new().init());
+///     .init(sgd);
 /// assert_eq!(sam.loss_scale_handle().get(), 1024.0);
 /// ```
 #[derive(Clone, Debug)]
