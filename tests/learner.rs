@@ -192,7 +192,9 @@ where
     training.launch(learner).model
 }
 
-fn sgd() -> OptimizerAdaptor<Sgd<Flex>, Model, B> {
+type SgdOptim = OptimizerAdaptor<Sgd<Flex>, Model, B>;
+
+fn sgd() -> SgdOptim {
     SgdConfig::new()
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
         .init()
@@ -259,7 +261,8 @@ fn rho_zero_is_burns_default_strategy() {
     assert!(max_difference(&weights(&burn), &weights(&sam)) > 1e-3);
 }
 
-type ScaledSam = Sam<OptimizerAdaptor<Adam, Model, B>>;
+type AdamOptim = OptimizerAdaptor<Adam, Model, B>;
+type ScaledSam = Sam<AdamOptim>;
 
 fn scaled_sam() -> ScaledSam {
     // A short growth interval: the loss scale changes during the run, so its state matters.
@@ -278,8 +281,9 @@ fn scheduler() -> LinearLrScheduler {
         .unwrap()
 }
 
-fn sam_record(dir: &Path, epoch: usize) -> SamRecord {
-    let record: <ScaledSam as Optimizer<Model, B>>::Record =
+/// SAM's own part of the optimizer checkpoint of `epoch`, for a `Sam<O>` optimizer.
+fn sam_record<O: Optimizer<Model, B>>(dir: &Path, epoch: usize) -> SamRecord {
+    let record: <Sam<O> as Optimizer<Model, B>>::Record =
         NamedMpkFileRecorder::<FullPrecisionSettings>::new()
             .load(
                 dir.join("checkpoint").join(format!("optim-{epoch}")),
@@ -335,7 +339,10 @@ fn resuming_from_a_checkpoint_equals_the_uninterrupted_run() {
         max_difference(&weights(&uninterrupted), &weights(&resumed)),
         0.0
     );
-    let (expected, actual) = (sam_record(&whole, 4), sam_record(&parts, 4));
+    let (expected, actual) = (
+        sam_record::<AdamOptim>(&whole, 4),
+        sam_record::<AdamOptim>(&parts, 4),
+    );
     assert_eq!(actual.stats, expected.stats);
     assert_eq!(
         actual.stats.steps, 16,
@@ -352,12 +359,12 @@ fn resuming_from_a_checkpoint_equals_the_uninterrupted_run() {
 /// SGD that records the learning rate of each of its steps.
 #[derive(Clone)]
 struct RecordLr {
-    inner: OptimizerAdaptor<Sgd<Flex>, Model, B>,
+    inner: SgdOptim,
     seen: Arc<Mutex<Vec<LearningRate>>>,
 }
 
 impl Optimizer<Model, B> for RecordLr {
-    type Record = <OptimizerAdaptor<Sgd<Flex>, Model, B> as Optimizer<Model, B>>::Record;
+    type Record = <SgdOptim as Optimizer<Model, B>>::Record;
 
     fn step(&mut self, lr: LearningRate, module: Model, grads: GradientsParams) -> Model {
         self.seen.lock().unwrap().push(lr);
@@ -508,19 +515,15 @@ fn an_f16_model_trains_with_loss_scaling() {
     println!("f16: accuracy before {before:.3}, after two epochs {after:.3}");
     assert_eq!(trained.mlp.layers[0].weight.val().dtype(), DType::F16);
     assert!(after > 0.8 && after > before + 0.3, "{before} -> {after}");
-    let record: <Sam<OptimizerAdaptor<Sgd<Flex>, Model, B>> as Optimizer<Model, B>>::Record =
-        NamedMpkFileRecorder::<FullPrecisionSettings>::new()
-            .load(dir.join("checkpoint").join("optim-2"), &Default::default())
-            .unwrap();
+    let record = sam_record::<SgdOptim>(&dir, 2);
     let scaler = record
-        .1
         .mixed_precision
         .loss_scaler
         .expect("the scaler is checkpointed");
-    assert_eq!(record.1.stats.steps, 16, "2 epochs of 8 batches");
+    assert_eq!(record.stats.steps, 16, "2 epochs of 8 batches");
     assert_eq!(scaler.overflows, u64::from(scaler.scale < 1024.0));
     assert_eq!(
-        record.1.mixed_precision.master_weights.len(),
+        record.mixed_precision.master_weights.len(),
         4,
         "f32 masters of the f16 weights"
     );

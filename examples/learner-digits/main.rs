@@ -235,7 +235,8 @@ fn main() {
         }
     };
     let indices: Vec<usize> = (0..test.len()).collect();
-    let (inputs, targets) = test.batch(&indices, FloatDType::F32, &device);
+    // The model comes back on the training device, the default one.
+    let (inputs, targets) = test.batch(&indices, FloatDType::F32, &Default::default());
     let output = model.forward_classification(ClassBatch { inputs, targets });
     let right = output.output.argmax(1).squeeze::<1>().equal(output.targets);
     let accuracy = right.int().sum().into_scalar().elem::<f64>() / test.len() as f64;
