@@ -206,6 +206,7 @@ fn bench_model<M: Net>(c: &mut Criterion, name: &str, model: M) {
     group.measurement_time(std::time::Duration::from_secs(4));
     let mut facts = serde_json::Map::new();
     facts.insert("params".into(), model.num_params().into());
+    let mut states = Vec::with_capacity(steps.len());
     for (function, start, step) in &mut steps {
         let mut current = Some(step((*start).clone())); // warm up
         if function.contains("sam_step") {
@@ -224,14 +225,58 @@ fn bench_model<M: Net>(c: &mut Criterion, name: &str, model: M) {
                 B::sync(&Default::default()).unwrap();
             })
         });
+        states.push(current);
     }
     group.finish();
+    if criterion_filter_is_empty() {
+        facts.insert(
+            "paired_ms".into(),
+            paired_medians(&mut steps, &mut states).into(),
+        );
+    }
 
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let folder = std::path::Path::new(&target).join("criterion");
     std::fs::create_dir_all(&folder).expect("criterion output folder");
     let json = serde_json::to_string_pretty(&facts).unwrap();
     std::fs::write(folder.join(format!("{name}.json")), json).expect("benchmark facts");
+}
+
+/// Whether the bench runs every function (no name filter on the command line): the paired
+/// timings need them all.
+fn criterion_filter_is_empty() -> bool {
+    std::env::args().skip(1).all(|arg| arg.starts_with("--"))
+}
+
+/// Rounds of paired timings: one step of every function per round, in a rotating order.
+const ROUNDS: usize = 15;
+
+/// The median time of one step of each function, in ms, from interleaved rounds: ratios of
+/// these compare steps that ran under the same machine load, where criterion's blocks of one
+/// function at a time let load drift between the numerator and the denominator.
+fn paired_medians<M: Net>(
+    steps: &mut [(&str, &M, Step<M>)],
+    states: &mut [Option<M>],
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut times = vec![Vec::with_capacity(ROUNDS); steps.len()];
+    for round in 0..ROUNDS {
+        for offset in 0..steps.len() {
+            let index = (round + offset) % steps.len();
+            let (_, _, step) = &mut steps[index];
+            let start = std::time::Instant::now();
+            states[index] = Some(step(states[index].take().unwrap()));
+            B::sync(&Default::default()).unwrap();
+            times[index].push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    steps
+        .iter()
+        .zip(&mut times)
+        .map(|((function, _, _), times)| {
+            times.sort_by(f64::total_cmp);
+            (function.to_string(), times[ROUNDS / 2].into())
+        })
+        .collect()
 }
 
 fn sam_cost(c: &mut Criterion) {

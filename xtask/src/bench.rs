@@ -56,9 +56,19 @@ pub fn bench() {
         .iter()
         .map(|model| read_json(&criterion.join(format!("{model}.json"))))
         .collect();
+    // Ratios come from the paired (interleaved) medians, times from criterion's means.
+    let ratio = |facts: &Value, top: &str, bottom: &str| {
+        let paired = |function: &str| {
+            facts["paired_ms"][function]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no paired timing of {function}: run without a filter"))
+        };
+        paired(top) / paired(bottom)
+    };
 
     println!("\nSAM's cost on Flex (batch 128, SGD base). Two passes: two forward/backward passes and one");
-    println!("base step, SAM's floor; the limit of sam_over_base is about 2.0:\n");
+    println!("base step, SAM's floor; the limit of sam_over_base is about 2.0. Times: criterion's means;");
+    println!("ratios: medians of 15 interleaved rounds (one step of each function per round):\n");
     println!("| model | params | base step | two passes | SAM step | sam_over_base | sam_over_two_passes | ASAM step | asam_over_base | device reads per SAM step | PyTorch base | PyTorch SAM | PyTorch sam_over_base |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (model, facts) in MODELS.iter().zip(&facts) {
@@ -80,9 +90,9 @@ pub fn bench() {
         println!(
             "| {model} | {} | {base:.2} ms | {two_passes:.2} ms | {sam:.2} ms | {:.3} | {:.3} | {asam:.2} ms | {:.3} | {} | {torch_cells} |",
             facts["params"],
-            sam / base,
-            sam / two_passes,
-            asam / base,
+            ratio(facts, "sam_step", "base_step"),
+            ratio(facts, "sam_step", "two_passes_step"),
+            ratio(facts, "asam_step", "base_step"),
             facts["sam_step_device_reads"],
         );
     }
@@ -105,7 +115,7 @@ pub fn bench() {
         );
         println!(
             "| {model} | {unscaled:.2} ms | {scaled:.2} ms | {:.3} | {} |",
-            scaled / unscaled,
+            ratio(facts, "scaled_f16_sam_step", "unscaled_f16_sam_step"),
             facts["scaled_f16_sam_step_device_reads"]
         );
     }
@@ -124,7 +134,7 @@ pub fn bench() {
         );
         println!(
             "| {model} | {large:.2} ms | {accum:.2} ms | {:.3} | {large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2} |",
-            accum / large,
+            ratio(facts, "accum4_step", "large_batch_step"),
             accum_mib / large_mib
         );
     }
