@@ -150,6 +150,23 @@ fn sam_step<'a, M: Net + 'a>(config: SamConfig, batch: &'a Batch) -> Step<'a, M>
     })
 }
 
+/// Accumulation's floor: the window's forward/backward passes (gradients dropped but the
+/// last) and one base step, without weighting or summing.
+fn window_passes_step<'a, M: Net + 'a>(window: &'a [MicroBatch<Batch>]) -> Step<'a, M> {
+    let mut sgd = SgdConfig::new().init();
+    Box::new(move |model: M| {
+        let (last, rest) = window.split_last().expect("a window");
+        for micro in rest {
+            drop(GradientsParams::from_grads(
+                loss(&model, &micro.data).backward(),
+                &model,
+            ));
+        }
+        let grads = GradientsParams::from_grads(loss(&model, &last.data).backward(), &model);
+        sgd.step(1e-3, model, grads)
+    })
+}
+
 fn accumulated_step<'a, M: Net + 'a, O: WindowOptimizer<M, B> + 'a>(
     optimizer: O,
     window: &'a [MicroBatch<Batch>],
@@ -197,6 +214,7 @@ fn bench_model<M: Net>(c: &mut Criterion, name: &str, model: M) {
             sam_step(scaled, &f16_batch),
         ),
         ("large_batch_step", &model, base_step(&large)),
+        ("window_passes_step", &model, window_passes_step(&window)),
         ("accum4_step", &model, accumulated_step(sgd(), &window)),
     ];
 

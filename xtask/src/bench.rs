@@ -123,18 +123,23 @@ pub fn bench() {
     println!(
         "\nGradient accumulation, k = 4 micro-batches of 128 against one batch of 512 (SGD):\n"
     );
-    println!("| model | large batch | accum4 | accum4_over_large_batch | peak heap, large batch | peak heap, accum4 | memory ratio |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("Window passes: the 4 forward/backward passes and one base step without weighting or summing,");
+    println!("accumulation's floor.\n");
+    println!("| model | large batch | window passes | accum4 | accum4_over_large_batch | window_passes_over_large_batch | accum4_over_window_passes | peak heap, large batch | peak heap, accum4 | memory ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (model, facts) in MODELS.iter().zip(&facts) {
         let (large, accum) = (ms(model, "large_batch_step"), ms(model, "accum4_step"));
+        let passes = ms(model, "window_passes_step");
         let mib = |key: &str| facts[key].as_f64().expect("peak bytes") / (1024.0 * 1024.0);
         let (large_mib, accum_mib) = (
             mib("large_batch_step_peak_bytes"),
             mib("accum4_step_peak_bytes"),
         );
         println!(
-            "| {model} | {large:.2} ms | {accum:.2} ms | {:.3} | {large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2} |",
+            "| {model} | {large:.2} ms | {passes:.2} ms | {accum:.2} ms | {:.3} | {:.3} | {:.3} | {large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2} |",
             ratio(facts, "accum4_step", "large_batch_step"),
+            ratio(facts, "window_passes_step", "large_batch_step"),
+            ratio(facts, "accum4_step", "window_passes_step"),
             accum_mib / large_mib
         );
     }
