@@ -574,3 +574,33 @@ fn loss_scaling_without_scale_loss_in_the_train_step_is_refused() {
     .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
     .launch(Learner::new(model, optim, 0.05));
 }
+
+#[test]
+fn a_plain_optimizer_accumulates_to_burns_large_batch() {
+    // No SAM: one pass per step. Batches of 8 in windows of 2 against Burn's default strategy on
+    // batches of 16.
+    let model = model();
+    let large = run(
+        &artifacts("plain-large"),
+        train_loader(16, None),
+        2,
+        Learner::new(model.clone(), sgd(), 0.05),
+        None,
+        None,
+    );
+    let optim = sgd();
+    let strategy = SamTraining::new(Default::default(), &optim)
+        .with_accumulation(2)
+        .unwrap()
+        .with_items(ClassBatch::len);
+    let accumulated = run(
+        &artifacts("plain-accumulated"),
+        train_loader(8, None),
+        2,
+        Learner::new(model, optim, 0.05),
+        Some(strategy),
+        None,
+    );
+    let difference = max_difference(&weights(&large), &weights(&accumulated));
+    assert!(difference < 1e-5, "plain SGD, accumulated: {difference}");
+}
