@@ -151,10 +151,15 @@ impl MetricsRenderer for Quiet {
 
 /// A fresh, empty directory for one training's artifacts.
 fn artifacts(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("burn-sam-learner-{}-{name}", std::process::id()));
+    let dir = artifacts_path(name);
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Where training `name` writes its artifacts.
+fn artifacts_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("burn-sam-learner-{}-{name}", std::process::id()))
 }
 
 type Components<LR, O> = LearningComponentsMarker<B, LR, Model, O>;
@@ -189,6 +194,22 @@ where
     training.launch(learner).model
 }
 
+/// Two epochs of `optim` over SGD with `SamTraining`'s defaults (batches of 16, shuffled with
+/// seed 3, LR 0.05), in a fresh directory `name`.
+fn sam_two_epochs(name: &str, model: Model, optim: Sam<SgdOptim>) -> Classifier<Flex> {
+    let strategy = SamTraining::new(Default::default(), &optim);
+    let learner = Learner::new(model, optim, 0.05);
+    let dir = artifacts(name);
+    run(
+        &dir,
+        train_loader(16, Some(3)),
+        2,
+        learner,
+        Some(strategy),
+        None,
+    )
+}
+
 type SgdOptim = OptimizerAdaptor<Sgd<Flex>, Model, B>;
 
 fn sgd() -> SgdOptim {
@@ -201,17 +222,10 @@ fn sgd() -> SgdOptim {
 fn two_epochs_of_sam_improve_accuracy() {
     let model = model();
     let before = evaluate(&model.valid());
-    let optim = SamConfig::new().with_rho(0.05).init(sgd());
-    let strategy = SamTraining::new(Default::default(), &optim);
-    let learner = Learner::new(model, optim, 0.05);
-    let dir = artifacts("improve");
-    let trained = run(
-        &dir,
-        train_loader(16, Some(3)),
-        2,
-        learner,
-        Some(strategy),
-        None,
+    let trained = sam_two_epochs(
+        "improve",
+        model,
+        SamConfig::new().with_rho(0.05).init(sgd()),
     );
     let after = evaluate(&trained);
     println!("(accuracy, loss) before {before:?}, after two epochs {after:?}");
@@ -235,16 +249,8 @@ fn rho_zero_is_burns_default_strategy() {
         None,
     );
     let optim = SamConfig::new().with_rho(0.0).init(sgd());
-    let strategy = SamTraining::new(Default::default(), &optim);
-    let dir = artifacts("rho-zero");
-    let ours = run(
-        &dir,
-        train_loader(16, Some(3)),
-        2,
-        Learner::new(model.clone(), optim, 0.05),
-        Some(strategy),
-        None,
-    );
+    let ours = sam_two_epochs("rho-zero", model.clone(), optim);
+    let dir = artifacts_path("rho-zero");
     let difference = max_difference(&weights(&burn), &weights(&ours));
     assert_eq!(difference, 0.0, "rho = 0 against Burn's default strategy");
     // The metric logs too: one entry per batch (from the first pass) and per validation batch.
@@ -264,16 +270,10 @@ fn rho_zero_is_burns_default_strategy() {
         8
     );
     // And SAM with rho > 0 does differ: the comparison can fail.
-    let optim = SamConfig::new().with_rho(0.05).init(sgd());
-    let strategy = SamTraining::new(Default::default(), &optim);
-    let dir = artifacts("rho-positive");
-    let sam = run(
-        &dir,
-        train_loader(16, Some(3)),
-        2,
-        Learner::new(model, optim, 0.05),
-        Some(strategy),
-        None,
+    let sam = sam_two_epochs(
+        "rho-positive",
+        model,
+        SamConfig::new().with_rho(0.05).init(sgd()),
     );
     assert!(max_difference(&weights(&burn), &weights(&sam)) > 1e-3);
 }
@@ -518,16 +518,8 @@ fn an_f16_model_trains_with_loss_scaling() {
         .with_rho(0.05)
         .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(1024.0)))
         .init(sgd());
-    let strategy = SamTraining::new(Default::default(), &optim);
-    let dir = artifacts("f16");
-    let trained = run(
-        &dir,
-        train_loader(16, Some(3)),
-        2,
-        Learner::new(model, optim, 0.05),
-        Some(strategy),
-        None,
-    );
+    let trained = sam_two_epochs("f16", model, optim);
+    let dir = artifacts_path("f16");
     let after = evaluate(&trained);
     println!("f16: (accuracy, loss) before {before:?}, after two epochs {after:?}");
     assert_eq!(trained.mlp.layers[0].weight.val().dtype(), DType::F16);
