@@ -1,5 +1,6 @@
 //! Models shared by burn-sam's conformance suite, examples and benchmarks.
 
+pub mod bench;
 mod classifier;
 
 pub use classifier::{ClassBatch, ClassBatcher, Classifier, Example};

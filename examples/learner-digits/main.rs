@@ -52,9 +52,10 @@ enum Dtype {
     F16,
 }
 
+/// The example's flags.
 #[derive(Parser, Debug)]
 #[command(about = "Burn's Learner on the UCI digits, with or without SAM")]
-struct Args {
+pub struct Args {
     #[arg(long, value_enum, default_value = "sam")]
     method: Method,
     /// SAM's neighbourhood radius.
@@ -168,15 +169,16 @@ fn check(args: &Args) -> Result<(), String> {
 }
 
 fn main() {
-    let args = Args::parse();
-    if let Err(message) = check(&args) {
-        eprintln!("{message}");
-        std::process::exit(2);
-    }
-    let digits = Digits::load(&args.data).unwrap_or_else(|error| {
-        eprintln!("{error}");
+    if let Err(message) = run(&Args::parse()) {
+        eprintln!("error: {message}");
         std::process::exit(1);
-    });
+    }
+}
+
+/// Trains with Burn's `Learner` and returns the clean test accuracy.
+pub fn run(args: &Args) -> Result<f64, String> {
+    check(args)?;
+    let digits = Digits::load(&args.data)?;
     let (mut train, test) = digits.split(597);
     let changed = train.corrupt(args.noise, &mut Rng::new(args.seed.wrapping_mul(7919)));
     eprintln!(
@@ -195,8 +197,8 @@ fn main() {
         Dtype::F32 => model,
         Dtype::F16 => cast_params(model, FloatDType::F16),
     };
-    let train: Loader<B> = loader(train, &args);
-    let valid: Loader<Inner> = loader(test.clone(), &args);
+    let train: Loader<B> = loader(train, args);
+    let valid: Loader<Inner> = loader(test.clone(), args);
     let steps = args.epochs * train.num_items().div_ceil(args.batch_size * args.window);
     let scheduler = CosineAnnealingLrSchedulerConfig::new(args.lr, steps)
         .init()
@@ -207,7 +209,7 @@ fn main() {
 
     let model = match args.method {
         Method::Sgd => launch(
-            &args,
+            args,
             train,
             valid,
             Learner::new(model, sgd, scheduler),
@@ -226,7 +228,7 @@ fn main() {
                 .with_items(ClassBatch::len);
             let strategy = TrainingStrategy::Custom(Arc::new(strategy));
             launch(
-                &args,
+                args,
                 train,
                 valid,
                 Learner::new(model, optim, scheduler),
@@ -248,4 +250,5 @@ fn main() {
         100.0 * accuracy,
         args.epochs
     );
+    Ok(accuracy)
 }

@@ -42,9 +42,10 @@ const DEFAULT_DTYPE: Dtype = if cfg!(feature = "cuda") {
     Dtype::F32
 };
 
+/// The example's flags.
 #[derive(Parser, Debug)]
 #[command(about = "SGD vs SAM vs ASAM on the UCI digits with noisy training labels")]
-struct Args {
+pub struct Args {
     /// Fraction of training labels replaced by another class, in [0, 0.9).
     #[arg(long, default_value_t = 0.5)]
     noise: f64,
@@ -166,7 +167,12 @@ impl Args {
 }
 
 /// One run of `method`: the same SGD underneath, with loss scaling for f16 parameters.
-fn run(args: &Args, method: Method, setup: &Setup, progress: impl FnMut(usize, f64)) -> Run {
+fn train_method(
+    args: &Args,
+    method: Method,
+    setup: &Setup,
+    progress: impl FnMut(usize, f64),
+) -> Run {
     let sgd = || -> burn::optim::adaptor::OptimizerAdaptor<Sgd<Flat>, _, B> {
         SgdConfig::new()
             .with_momentum(Some(MomentumConfig::new()))
@@ -198,15 +204,17 @@ fn mean_sd(values: &[f64]) -> (f64, f64) {
 }
 
 fn main() {
-    let args = Args::parse();
-    if let Err(error) = args.check() {
-        eprintln!("error: {error}");
-        std::process::exit(2);
-    }
-    let digits = Digits::load(&args.data).unwrap_or_else(|error| {
+    if let Err(error) = run(&Args::parse()) {
         eprintln!("error: {error}");
         std::process::exit(1);
-    });
+    }
+}
+
+/// Trains and compares the methods, prints the table, draws the curves, and returns what
+/// `--json` writes.
+pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    args.check()?;
+    let digits = Digits::load(&args.data)?;
     let (train_clean, test) = digits.split(args.test_size);
     let dtype = match args.dtype {
         Dtype::F32 => FloatDType::F32,
@@ -253,7 +261,7 @@ fn main() {
                     args.epochs
                 );
             };
-            let result = run(&args, method, &setup, progress);
+            let result = train_method(args, method, &setup, progress);
             eprintln!(
                 "({:.0}% noisy labels, train accuracy on them {:.3}, {:.2} s/epoch)",
                 noisy * 100.0,
@@ -320,10 +328,9 @@ fn main() {
     }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&json).expect("JSON");
-        if let Err(error) = std::fs::write(path, text) {
-            eprintln!("error: cannot write {}: {error}", path.display());
-            std::process::exit(1);
-        }
+        std::fs::write(path, text)
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
         println!("results: {}", path.display());
     }
+    Ok(json)
 }

@@ -9,7 +9,7 @@ use burn::tensor::{ElementConversion, FloatDType, Int, Tensor};
 use burn_sam_accum::{AccumulationConfig, MicroBatch, WindowOptimizer};
 use burn_sam_suite::{Mlp, MlpConfig};
 
-use crate::data::{Digits, Rng, CLASSES, FEATURES};
+use super::data::{Digits, Rng, CLASSES, FEATURES};
 
 pub struct Setup<'a> {
     pub train: &'a Digits,

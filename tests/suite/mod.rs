@@ -1,6 +1,8 @@
 //! Tests written once, generic over the autodiff backend. Each backend's test file
 //! instantiates them with [`backend_suite!`]; float types that a backend selects at run time
-//! (Flex) get a test binary each, since the default dtype is fixed per process.
+//! (Flex) get a test binary each, since the default dtype is fixed per process. The GPU bundle
+//! (`examples/gpu-check`) instantiates the same cases as lists (`list` mode) and runs them
+//! without libtest.
 
 // Each test binary instantiates the part of the suite its backend and float type support.
 #![allow(dead_code)]
@@ -14,191 +16,112 @@ pub mod parity;
 pub mod semantics;
 pub mod util;
 
-/// Instantiates every test of the suite for one autodiff backend.
+/// Emits a suite's cases (`name => body`; `B` is the backend, `setup` runs first) as `#[test]`
+/// functions (`tests`), or as a `cases()` list of named functions (`list`) for a runner
+/// without libtest (the GPU bundle).
 #[macro_export]
-macro_rules! backend_suite {
-    ($name:ident, $backend:ty, $dtype:expr) => {
+macro_rules! emit_cases {
+    (tests, $name:ident, $backend:ty, $setup:expr, [$($case:ident => $body:expr,)*]) => {
         mod $name {
             use $crate::suite::*;
             type B = $backend;
-
-            fn setup() {
-                util::use_float_dtype::<B>($dtype);
-            }
-
-            #[test]
-            fn parity_sam_sgd() {
-                setup();
-                parity::run::<B>("sam_sgd");
-            }
-            #[test]
-            fn parity_sam_sgd_momentum() {
-                setup();
-                parity::run::<B>("sam_sgd_momentum");
-            }
-            #[test]
-            fn parity_asam_sgd() {
-                setup();
-                parity::run::<B>("asam_sgd");
-            }
-            #[test]
-            fn parity_asam_eta_sgd() {
-                setup();
-                parity::run::<B>("asam_eta_sgd");
-            }
-            #[test]
-            fn parity_sam_adam() {
-                setup();
-                parity::run::<B>("sam_adam");
-            }
-            #[test]
-            fn rho_zero_equals_base_optimizer() {
-                setup();
-                semantics::rho_zero_equals_base_optimizer::<B>();
-            }
-            #[test]
-            fn api_forms_agree() {
-                setup();
-                semantics::api_forms_agree::<B>();
-            }
-            #[test]
-            fn frozen_and_unused_parameters_untouched() {
-                setup();
-                semantics::frozen_and_unused_parameters_untouched::<B>();
-            }
-            #[test]
-            fn record_round_trip_resumes_exactly() {
-                setup();
-                semantics::record_round_trip_resumes_exactly::<B>();
-            }
-            #[test]
-            fn batchnorm_statistics_see_the_batch_once() {
-                setup();
-                batchnorm::statistics_see_the_batch_once::<B>();
-            }
-            #[test]
-            fn misuse_is_reported() {
-                setup();
-                misuse::errors_name_the_mistake::<B>();
-            }
-            #[test]
-            fn misuse_through_optimizer_step_panics_clearly() {
-                setup();
-                misuse::optimizer_step_panics_clearly::<B>();
-            }
-            #[test]
-            fn non_finite_ascent_falls_back_to_base_step() {
-                setup();
-                faults::non_finite_ascent_falls_back_to_base_step::<B>();
-            }
-            #[test]
-            fn non_finite_descent_changes_nothing() {
-                setup();
-                faults::non_finite_descent_changes_nothing::<B>();
-            }
-            #[test]
-            fn accumulation_micro_batch_gradients_equal_the_union() {
-                setup();
-                accumulation::micro_batch_gradients_equal_the_union::<B>();
-            }
-            #[test]
-            fn accumulation_plain_trajectory_equals_the_large_batch() {
-                setup();
-                accumulation::plain_trajectory_equals_the_large_batch::<B>();
-            }
-            #[test]
-            fn accumulation_exact_sam_trajectory_equals_the_large_batch() {
-                setup();
-                accumulation::exact_sam_trajectory_equals_the_large_batch::<B>();
-            }
-            #[test]
-            fn accumulation_partial_window_equals_its_union() {
-                setup();
-                accumulation::partial_window_equals_its_union::<B>();
-            }
-            #[test]
-            fn accumulation_per_micro_batch_windows_of_one_equal_sam() {
-                setup();
-                accumulation::per_micro_batch_windows_of_one_equal_sam::<B>();
-            }
-            #[test]
-            fn accumulation_per_micro_batch_matches_its_definition() {
-                setup();
-                accumulation::per_micro_batch_matches_its_definition::<B>();
-            }
-            #[test]
-            fn accumulation_bad_windows_are_refused() {
-                setup();
-                accumulation::bad_windows_are_refused::<B>();
+            $(
+                #[test]
+                fn $case() {
+                    $setup;
+                    $body;
+                }
+            )*
+        }
+    };
+    (list, $name:ident, $backend:ty, $setup:expr, [$($case:ident => $body:expr,)*]) => {
+        pub mod $name {
+            use $crate::suite::*;
+            type B = $backend;
+            /// Every case of the suite, by name.
+            pub fn cases() -> Vec<(&'static str, fn())> {
+                vec![$((stringify!($case), || {
+                    $setup;
+                    $body;
+                })),*]
             }
         }
+    };
+}
+
+/// Instantiates every test of the suite for one autodiff backend and float type.
+#[macro_export]
+macro_rules! backend_suite {
+    ($mode:ident, $name:ident, $backend:ty, $dtype:expr) => {
+        $crate::emit_cases!($mode, $name, $backend, util::use_float_dtype::<B>($dtype), [
+                parity_sam_sgd => parity::run::<B>("sam_sgd"),
+                parity_sam_sgd_momentum => parity::run::<B>("sam_sgd_momentum"),
+                parity_asam_sgd => parity::run::<B>("asam_sgd"),
+                parity_asam_eta_sgd => parity::run::<B>("asam_eta_sgd"),
+                parity_sam_adam => parity::run::<B>("sam_adam"),
+                rho_zero_equals_base_optimizer => semantics::rho_zero_equals_base_optimizer::<B>(),
+                api_forms_agree => semantics::api_forms_agree::<B>(),
+                frozen_and_unused_parameters_untouched => semantics::frozen_and_unused_parameters_untouched::<B>(),
+                record_round_trip_resumes_exactly => semantics::record_round_trip_resumes_exactly::<B>(),
+                batchnorm_statistics_see_the_batch_once => batchnorm::statistics_see_the_batch_once::<B>(),
+                misuse_is_reported => misuse::errors_name_the_mistake::<B>(),
+                misuse_through_optimizer_step_panics_clearly => misuse::optimizer_step_panics_clearly::<B>(),
+                non_finite_ascent_falls_back_to_base_step => faults::non_finite_ascent_falls_back_to_base_step::<B>(),
+                non_finite_descent_changes_nothing => faults::non_finite_descent_changes_nothing::<B>(),
+                accumulation_micro_batch_gradients_equal_the_union => accumulation::micro_batch_gradients_equal_the_union::<B>(),
+                accumulation_plain_trajectory_equals_the_large_batch => accumulation::plain_trajectory_equals_the_large_batch::<B>(),
+                accumulation_exact_sam_trajectory_equals_the_large_batch => accumulation::exact_sam_trajectory_equals_the_large_batch::<B>(),
+                accumulation_partial_window_equals_its_union => accumulation::partial_window_equals_its_union::<B>(),
+                accumulation_per_micro_batch_windows_of_one_equal_sam => accumulation::per_micro_batch_windows_of_one_equal_sam::<B>(),
+                accumulation_per_micro_batch_matches_its_definition => accumulation::per_micro_batch_matches_its_definition::<B>(),
+                accumulation_bad_windows_are_refused => accumulation::bad_windows_are_refused::<B>(),
+        ]);
+    };
+    ($name:ident, $backend:ty, $dtype:expr) => {
+        $crate::backend_suite!(tests, $name, $backend, $dtype);
     };
 }
 
 /// Instantiates the mixed-precision tests for one autodiff backend, in f16.
 #[macro_export]
 macro_rules! f16_suite {
+    ($mode:ident, $name:ident, $backend:ty) => {
+        $crate::emit_cases!(
+            $mode,
+            $name,
+            $backend,
+            util::use_float_dtype::<B>(burn::tensor::FloatDType::F16),
+            [
+                ascent_moves_by_rho_and_descent_by_the_true_gradient => mixed_precision::ascent_moves_by_rho_and_descent_by_the_true_gradient::<B>(),
+                faults_never_reach_the_weights => mixed_precision::faults_never_reach_the_weights::<B>(),
+                underflowing_gradients_train_with_scaling => mixed_precision::underflowing_gradients_train_with_scaling::<B>(),
+                master_weights_keep_small_updates => mixed_precision::master_weights_keep_small_updates::<B>(),
+                record_round_trip_resumes_exactly => mixed_precision::record_round_trip_resumes_exactly::<B>(),
+                default_scale_backs_off_until_it_fits => mixed_precision::default_scale_backs_off_until_it_fits::<B>(),
+                accumulation_overflow_in_one_micro_batch_skips_the_window => accumulation::overflow_in_one_micro_batch_skips_the_window::<B>(),
+            ]
+        );
+    };
     ($name:ident, $backend:ty) => {
-        mod $name {
-            use $crate::suite::*;
-            type B = $backend;
-
-            fn setup() {
-                util::use_float_dtype::<B>(burn::tensor::FloatDType::F16);
-            }
-
-            #[test]
-            fn ascent_moves_by_rho_and_descent_by_the_true_gradient() {
-                setup();
-                mixed_precision::ascent_moves_by_rho_and_descent_by_the_true_gradient::<B>();
-            }
-            #[test]
-            fn faults_never_reach_the_weights() {
-                setup();
-                mixed_precision::faults_never_reach_the_weights::<B>();
-            }
-            #[test]
-            fn underflowing_gradients_train_with_scaling() {
-                setup();
-                mixed_precision::underflowing_gradients_train_with_scaling::<B>();
-            }
-            #[test]
-            fn master_weights_keep_small_updates() {
-                setup();
-                mixed_precision::master_weights_keep_small_updates::<B>();
-            }
-            #[test]
-            fn record_round_trip_resumes_exactly() {
-                setup();
-                mixed_precision::record_round_trip_resumes_exactly::<B>();
-            }
-            #[test]
-            fn default_scale_backs_off_until_it_fits() {
-                setup();
-                mixed_precision::default_scale_backs_off_until_it_fits::<B>();
-            }
-            #[test]
-            fn accumulation_overflow_in_one_micro_batch_skips_the_window() {
-                setup();
-                accumulation::overflow_in_one_micro_batch_skips_the_window::<B>();
-            }
-        }
+        $crate::f16_suite!(tests, $name, $backend);
     };
 }
 
 /// Instantiates the tests of f16 parameters cast on an f32-default device.
 #[macro_export]
 macro_rules! f16_params_suite {
+    ($mode:ident, $name:ident, $backend:ty) => {
+        $crate::emit_cases!(
+            $mode,
+            $name,
+            $backend,
+            util::use_float_dtype::<B>(burn::tensor::FloatDType::F32),
+            [
+                adam_resumes_exactly_with_cast_params => mixed_precision::adam_resumes_exactly_with_cast_params::<B>(),
+            ]
+        );
+    };
     ($name:ident, $backend:ty) => {
-        mod $name {
-            use $crate::suite::*;
-            type B = $backend;
-
-            #[test]
-            fn adam_resumes_exactly_with_cast_params() {
-                util::use_float_dtype::<B>(burn::tensor::FloatDType::F32);
-                mixed_precision::adam_resumes_exactly_with_cast_params::<B>();
-            }
-        }
+        $crate::f16_params_suite!(tests, $name, $backend);
     };
 }

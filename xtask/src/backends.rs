@@ -25,13 +25,16 @@ pub fn require_lavapipe() {
     }
 }
 
-/// The suite on Vulkan, f32 and f16, with `features` (which must include `vulkan`).
-pub fn test_vulkan(features: &[&str]) {
-    let mut args = vec!["test"];
-    args.extend(features);
-    args.extend(["--test", "vulkan", "--test", "vulkan_f16"]);
-    run("cargo", &args);
-}
+/// The suite on Vulkan, f32 and f16: `cargo` arguments.
+pub const VULKAN_TEST: [&str; 7] = [
+    "test",
+    "--features",
+    "vulkan",
+    "--test",
+    "vulkan",
+    "--test",
+    "vulkan_f16",
+];
 
 /// Whether this machine has an NVIDIA driver: its device node and its user-space library.
 fn cuda_driver() -> bool {
@@ -42,128 +45,96 @@ fn cuda_driver() -> bool {
     library && Path::new("/dev/nvidiactl").exists()
 }
 
-const CUDA_TESTS: [&str; 4] = ["--test", "cuda", "--test", "cuda_f16"];
+/// The cargo profile of the GPU check: release, stripped.
+const GPU_PROFILE: &str = "gpu-bundle";
 
-/// Short runs of the main example, f32 and f16.
-const EXAMPLE_RUNS: [&str; 2] = [
-    "--epochs 5 --seeds 1 --dtype f32",
-    "--epochs 5 --seeds 1 --dtype f16",
-];
-
-pub fn test_gpu(build_only: bool) {
-    if build_only {
-        return build_gpu_bundle();
-    }
-    if !cuda_driver() {
-        fail(
-            "no CUDA driver here (libcuda.so and /dev/nvidiactl): run this on a machine with an \
-             NVIDIA GPU, or `cargo xtask test-gpu --build-only` to build the binaries for one",
-        );
-    }
-    let mut args = vec!["test", "--features", "cuda"];
-    args.extend(CUDA_TESTS);
-    run("cargo", &args);
-    let plot = target_dir().join("noisy-digits-cuda.svg");
-    for flags in EXAMPLE_RUNS {
-        let mut args = vec![
-            "run",
-            "--release",
-            "--features",
-            "cuda",
-            "--example",
-            "noisy-digits",
-            "--",
-        ];
-        args.extend(flags.split(' '));
-        args.extend(["--plot", plot.to_str().expect("UTF-8 path")]);
-        run("cargo", &args);
-    }
-    // Burn's Learner with SamTraining, f16 with loss scaling and accumulation.
-    run(
-        "cargo",
-        &[
-            "run",
-            "--release",
-            "--features",
-            "cuda",
-            "--example",
-            "learner-digits",
-            "--",
-            "--method",
-            "sam",
-            "--dtype",
-            "f16",
-            "--window",
-            "2",
-            "--epochs",
-            "5",
-        ],
-    );
-}
-
-/// Builds the CUDA test binaries and the example into one folder, for a GPU host without a
-/// Rust toolchain, and says how to run them there.
-fn build_gpu_bundle() {
-    let bundle = target_dir().join("gpu-bundle");
-    std::fs::create_dir_all(&bundle).expect("bundle folder");
-    let mut args = vec![
-        "test",
-        "--features",
-        "cuda",
-        "--no-run",
-        "--message-format=json",
-    ];
-    args.extend(CUDA_TESTS);
-    eprintln!("$ cargo {}", args.join(" "));
-    let out = Command::new("cargo")
-        .args(&args)
-        .output()
-        .unwrap_or_else(|error| fail(&format!("cannot start cargo: {error}")));
-    if !out.status.success() {
-        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-        fail("building the CUDA tests failed");
-    }
-    let mut binaries = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let is_test = message["profile"]["test"].as_bool() == Some(true);
-        if let (true, Some(executable)) = (is_test, message["executable"].as_str()) {
-            binaries.push(PathBuf::from(executable));
-        }
-    }
+/// Builds the GPU check (`examples/gpu-check`) for CUDA.
+fn build_gpu_check() -> PathBuf {
     run(
         "cargo",
         &[
             "build",
-            "--release",
+            "--profile",
+            GPU_PROFILE,
             "--features",
             "cuda",
             "--example",
-            "noisy-digits",
+            "gpu-check",
         ],
     );
-    binaries.push(target_dir().join("release/examples/noisy-digits"));
-    for binary in &binaries {
-        let name = binary.file_name().expect("a file name");
-        std::fs::copy(binary, bundle.join(name))
-            .unwrap_or_else(|error| fail(&format!("cannot copy {}: {error}", binary.display())));
-    }
-    std::fs::copy("examples/data/digits.csv.gz", bundle.join("digits.csv.gz"))
-        .unwrap_or_else(|error| fail(&format!("cannot copy the data set: {error}")));
+    target_dir().join(GPU_PROFILE).join("examples/gpu-check")
+}
 
-    println!("\nBuilt in {}:", bundle.display());
-    for binary in &binaries {
-        println!("  {}", binary.file_name().unwrap().to_string_lossy());
+/// The GPU check on this machine's GPU.
+pub fn test_gpu() {
+    if !cuda_driver() {
+        fail(
+            "no CUDA driver here (libcuda.so and /dev/nvidiactl): run this on a machine with an \
+             NVIDIA GPU, or `cargo xtask gpu-bundle` to build the check for one",
+        );
     }
-    println!("\nCopy that folder to the GPU host (it needs the NVIDIA driver, nothing else) and run there:");
-    for binary in &binaries[..binaries.len() - 1] {
-        println!("  ./{}", binary.file_name().unwrap().to_string_lossy());
+    let binary = build_gpu_check();
+    let out = target_dir().join("gpu-report.json");
+    let logs = target_dir().join("gpu-logs");
+    let (out, logs) = (out.to_string_lossy(), logs.to_string_lossy());
+    let data = "--data=examples/data/digits.csv.gz";
+    let args = ["all", "--out", out.as_ref(), "--logs", logs.as_ref(), data];
+    run(binary.to_str().expect("a UTF-8 path"), &args);
+}
+
+/// The bundle's size limit.
+const BUNDLE_LIMIT_BYTES: u64 = 60 << 20;
+
+/// Builds the GPU check into `<target>/gpu-check/`: the binary (gzipped), the data set and
+/// `run.sh`, for a GPU host with the NVIDIA driver and no Rust toolchain.
+pub fn gpu_bundle() {
+    let binary = build_gpu_check();
+    let bundle = target_dir().join("gpu-check");
+    let _ = std::fs::remove_dir_all(&bundle);
+    std::fs::create_dir_all(&bundle).expect("bundle folder");
+    let copy = |from: &Path, name: &str| {
+        std::fs::copy(from, bundle.join(name))
+            .unwrap_or_else(|error| fail(&format!("cannot copy {}: {error}", from.display())));
+    };
+    copy(&binary, "gpu-check");
+    copy(Path::new("examples/gpu-check/run.sh"), "run.sh");
+    copy(Path::new("examples/data/digits.csv.gz"), "digits.csv.gz");
+    // run.sh unpacks it.
+    run(
+        "gzip",
+        &[
+            "-9",
+            "-n",
+            bundle.join("gpu-check").to_str().expect("UTF-8"),
+        ],
+    );
+    let mut total = 0;
+    println!("\nBuilt {}:", bundle.display());
+    for entry in std::fs::read_dir(&bundle).expect("bundle folder").flatten() {
+        let size = entry.metadata().expect("metadata").len();
+        total += size;
+        println!(
+            "  {:<16} {:>6.1} MiB",
+            entry.file_name().to_string_lossy(),
+            mib(size)
+        );
     }
-    for flags in EXAMPLE_RUNS {
-        println!("  ./noisy-digits --data digits.csv.gz {flags}");
+    println!("  {:<16} {:>6.1} MiB", "total", mib(total));
+    if total > BUNDLE_LIMIT_BYTES {
+        fail(&format!(
+            "the bundle is {:.1} MiB, over its {:.0} MiB limit",
+            mib(total),
+            mib(BUNDLE_LIMIT_BYTES)
+        ));
     }
+    println!(
+        "\nCopy the folder to the GPU host (NVIDIA driver and NVRTC, nothing else) and run \
+         `./run.sh` there: it writes gpu-report.json and prints a table."
+    );
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// The suite on LibTorch from the `torch` Python package, f32 and f64.

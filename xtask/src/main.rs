@@ -1,8 +1,9 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
-//! - `ci`: formatting, clippy, the tests, the CUDA build, and the Vulkan suite when Mesa's
-//!   lavapipe is installed (`.ci/run` runs this).
-//! - `test-gpu [--build-only]`: the suite and a short run of the main example on CUDA.
+//! - `ci`: formatting, clippy and the docs with the GPU features, the README's tests, and the
+//!   Vulkan suite when Mesa's lavapipe is installed (`.ci/run` runs this).
+//! - `test-gpu`: the GPU check (`examples/gpu-check`) on this machine's CUDA GPU.
+//! - `gpu-bundle`: the GPU check as a folder to carry to a GPU host without Rust.
 //! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16.
 //! - `test-tch`: the suite on LibTorch (the `torch` Python package's), f32 and f64.
 //! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch`).
@@ -38,63 +39,68 @@ pub fn fail(message: &str) -> ! {
     exit(1)
 }
 
+/// What CI checks, each step timed. Every target is type-checked with the GPU features by
+/// clippy; code is generated twice: for the README's test command (CPU backends) and for the
+/// Vulkan suite.
 fn ci() {
-    run("cargo", &["fmt", "--all", "--", "--check"]);
-    run(
-        "cargo",
+    let mut times = Vec::new();
+    let mut step = |what: &'static str, args: &[&str], env: &[(&str, String)]| {
+        let start = std::time::Instant::now();
+        run_with("cargo", args, env);
+        times.push((what, start.elapsed().as_secs_f64()));
+    };
+    step("fmt", &["fmt", "--all", "--", "--check"], &[]);
+    step(
+        "clippy",
         &[
             "clippy",
             "--workspace",
             "--all-targets",
             "--features",
-            "vulkan,cuda",
+            GPU_FEATURES,
             "--",
             "-D",
             "warnings",
         ],
+        &[],
     );
-    // The README's test command.
-    run("cargo", &["test", "--workspace"]);
-    // The GPU paths compile on every machine, so that they never rot: the CUDA and Vulkan test
-    // files and the main example (clippy above checked every target with these features).
-    run(
-        "cargo",
+    // The same features as clippy, so that the dependencies' metadata is reused.
+    step(
+        "doc",
         &[
-            "test",
+            "doc",
+            "--workspace",
+            "--no-deps",
             "--features",
-            "vulkan,cuda",
-            "--no-run",
-            "--test",
-            "cuda",
-            "--test",
-            "cuda_f16",
-            "--test",
-            "vulkan",
-            "--test",
-            "vulkan_f16",
-            "--example",
-            "noisy-digits",
-            "--example",
-            "learner-digits",
+            GPU_FEATURES,
         ],
+        &[("RUSTDOCFLAGS", "-D warnings".into())],
     );
+    step("README's tests", &["test", "--workspace"], &[]);
     if backends::lavapipe_installed() {
-        backends::test_vulkan(&["--features", "vulkan,cuda"]);
+        step("Vulkan suite", &backends::VULKAN_TEST, &[]);
     } else {
         eprintln!("Mesa lavapipe is not installed: skipping the Vulkan suite (see `cargo xtask test-vulkan`)");
     }
+    eprintln!("\nCI steps:");
+    for (what, seconds) in times {
+        eprintln!("  {what:<16} {seconds:>7.1} s");
+    }
 }
+
+/// The features clippy and the docs check every target with.
+const GPU_FEATURES: &str = "vulkan,cuda";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
         ["ci"] => ci(),
-        ["test-gpu"] => backends::test_gpu(false),
-        ["test-gpu", "--build-only"] => backends::test_gpu(true),
+        ["test-gpu"] => backends::test_gpu(),
+        ["gpu-bundle"] => backends::gpu_bundle(),
         ["test-vulkan"] => {
             backends::require_lavapipe();
-            backends::test_vulkan(&["--features", "vulkan"]);
+            run("cargo", &backends::VULKAN_TEST);
         }
         ["test-tch"] => backends::test_tch(),
         ["reference"] => {
@@ -104,7 +110,7 @@ fn main() {
         ["bench"] => bench::bench(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci | test-gpu [--build-only] | test-vulkan | test-tch | reference | bench>"
+                "usage: cargo xtask <ci | test-gpu | gpu-bundle | test-vulkan | test-tch | reference | bench>"
             );
             exit(2);
         }

@@ -249,6 +249,10 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
 /// Casts every float tensor of `module` to `dtype`, keeping parameter ids and
 /// `require_grad` flags: how to train in f16 on a device whose default float type is f32.
 ///
+/// Float running states (BatchNorm's statistics) are cast too. Burn shares them between
+/// clones of a module and maps them in place, so cast an independent copy
+/// (`M::from_inner(model.valid())`) rather than a clone if you keep using the original.
+///
 /// Prefer this over an f16 default float type when you save and resume optimizers with
 /// state (Adam's moments): Burn loads every float tensor of a record in the device's
 /// default float type, so an f16 default would load the f32 optimizer state that master

@@ -1,0 +1,87 @@
+//! SAM's cost on this backend: paired medians (interleaved rounds, a device sync after every
+//! step) of a base step, SAM's floor (two passes) and a SAM step, in f32 and f16, and of
+//! loss-scaled against unscaled f16 SAM, on the 2.1M MLP and a CNN with BatchNorm.
+
+use std::path::Path;
+
+use burn::tensor::backend::Backend as _;
+use burn::tensor::FloatDType;
+use burn_sam::{LossScalerConfig, SamConfig};
+use burn_sam_suite::bench::{
+    base_step, batch, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig, Net, Timed,
+};
+use burn_sam_suite::MlpConfig;
+use serde_json::{json, Map, Value};
+
+use crate::report::write_json;
+use crate::B;
+
+/// Steps of each function before timing: kernels compile and autotune on their first use.
+const WARM_UP: usize = 3;
+
+pub fn run(rounds: usize, rows: usize, json: &Path) -> Result<(), String> {
+    if rounds == 0 || rows == 0 {
+        return Err(format!(
+            "--rounds = {rounds}, --batch = {rows}: both must be >= 1"
+        ));
+    }
+    let device = Default::default();
+    B::seed(&device, 0);
+    let mut models = Map::new();
+    let mlp = MlpConfig::new(vec![784, 2048, 256, 10]).init::<B>(&device);
+    models.insert("mlp_2m".into(), bench_model(mlp, rounds, rows));
+    let cnn = CnnConfig::new().with_batch_norm(true).init::<B>(&device);
+    models.insert("cnn_bn".into(), bench_model(cnn, rounds, rows));
+    let report = json!({
+        "backend": crate::BACKEND,
+        "batch": rows,
+        "rounds": rounds,
+        "models": models,
+    });
+    write_json(json, &report)
+}
+
+fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
+    // Initialise the lazy parameters once, so that every clone starts from the same weights.
+    let model = copy_as(&model, FloatDType::F32);
+    let model_f16 = copy_as(&model, FloatDType::F16);
+    let (f32_batch, f16_batch) = (
+        batch::<B>(rows, FloatDType::F32),
+        batch::<B>(rows, FloatDType::F16),
+    );
+    // Large enough for the gradients, small enough for f16 (no overflow, no skipped steps).
+    let scaled =
+        SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
+    let timed = |name, start, step| Timed { name, start, step };
+    let mut steps: Vec<Timed<M>> = vec![
+        timed("base_f32", &model, base_step(&f32_batch)),
+        timed("two_passes_f32", &model, two_passes_step(&f32_batch)),
+        timed("sam_f32", &model, sam_step(SamConfig::new(), &f32_batch)),
+        timed("base_f16", &model_f16, base_step(&f16_batch)),
+        timed("two_passes_f16", &model_f16, two_passes_step(&f16_batch)),
+        timed(
+            "sam_f16",
+            &model_f16,
+            sam_step(SamConfig::new(), &f16_batch),
+        ),
+        timed("scaled_sam_f16", &model_f16, sam_step(scaled, &f16_batch)),
+    ];
+    let mut states: Vec<Option<M>> = steps.iter().map(|_| None).collect();
+    eprintln!("warming up ({WARM_UP} steps of each)");
+    paired_medians::<B, M>(&mut steps, &mut states, WARM_UP);
+    let medians = paired_medians::<B, M>(&mut steps, &mut states, rounds);
+    let ms: Map<String, Value> = medians
+        .iter()
+        .map(|&(name, ms)| (name.to_string(), ms.into()))
+        .collect();
+    let of = |name: &str| ms[name].as_f64().expect("a timing");
+    let ratios = json!({
+        "sam_over_base_f32": of("sam_f32") / of("base_f32"),
+        "sam_over_two_passes_f32": of("sam_f32") / of("two_passes_f32"),
+        "sam_over_base_f16": of("sam_f16") / of("base_f16"),
+        "sam_over_two_passes_f16": of("sam_f16") / of("two_passes_f16"),
+        "scaled_over_unscaled_f16": of("scaled_sam_f16") / of("sam_f16"),
+    });
+    eprintln!("{}", json!({ "ms": ms, "ratios": ratios }));
+    json!({ "params": model.num_params(), "ms": ms, "ratios": ratios })
+}

@@ -1,0 +1,140 @@
+//! The whole GPU check in one binary, for a GPU host without a Rust toolchain or a network:
+//! the conformance suite in f32 and f16, short runs of `noisy-digits` and `learner-digits` in
+//! f16, and SAM's cost against its floor. `cargo xtask gpu-bundle` builds it with `--features
+//! cuda` into a folder with the data set and `run.sh`; without that feature it runs the same
+//! stages on Flex (CPU), which is how the bundle is tried on a machine without a GPU.
+//!
+//! `gpu-check all` runs every stage as a child process with a time limit (a crash or a hang
+//! costs one stage, not the report), writes `gpu-report.json` and prints a table.
+
+#[path = "../learner-digits/main.rs"]
+#[allow(dead_code)] // its `main`
+#[allow(clippy::duplicate_mod)] // both examples load `noisy-digits/data.rs`
+mod learner_digits;
+#[path = "../noisy-digits/main.rs"]
+#[allow(dead_code)] // its `main`
+mod noisy_digits;
+#[path = "../../tests/suite/mod.rs"]
+mod suite;
+
+mod bench;
+mod report;
+mod suite_runner;
+
+use std::path::PathBuf;
+
+use burn::backend::Autodiff;
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[cfg(not(feature = "cuda"))]
+type Backend = burn::backend::Flex;
+#[cfg(feature = "cuda")]
+type Backend = burn::backend::Cuda;
+type B = Autodiff<Backend>;
+
+const BACKEND: &str = if cfg!(feature = "cuda") {
+    "CUDA"
+} else {
+    "Flex (CPU)"
+};
+
+backend_suite!(list, suite_f32, crate::B, burn::tensor::FloatDType::F32);
+f16_suite!(list, suite_f16, crate::B);
+
+#[derive(Parser, Debug)]
+#[command(about = "burn-sam's GPU check: the suite, the examples in f16, SAM's cost")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Every stage below in a child process of its own, then the report.
+    All {
+        /// The report to write.
+        #[arg(long, default_value = "gpu-report.json")]
+        out: PathBuf,
+        /// Where each stage's output and result go.
+        #[arg(long, default_value = "gpu-logs")]
+        logs: PathBuf,
+        /// The data set (gzipped CSV).
+        #[arg(long, default_value = "digits.csv.gz")]
+        data: PathBuf,
+        /// Multiplies every stage's time limit (a slow host, a CPU dry run), in (0, 100].
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+    },
+    /// The conformance suite in one float type, in this process; results as JSON to `--json`.
+    Suite {
+        #[arg(value_enum)]
+        dtype: Dtype,
+        #[arg(long)]
+        json: PathBuf,
+    },
+    /// Paired timings of SAM against its floor on an MLP and a CNN with BatchNorm.
+    Bench {
+        /// Interleaved rounds per timing (one step of every function per round), >= 1.
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+        /// Rows per batch, >= 1.
+        #[arg(long, default_value_t = 128)]
+        batch: usize,
+        #[arg(long)]
+        json: PathBuf,
+    },
+    /// `noisy-digits` with its own flags (`gpu-check noisy-digits -- --help`).
+    NoisyDigits {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// `learner-digits` with its own flags; the accuracy as JSON to `--json`.
+    LearnerDigits {
+        #[arg(long)]
+        json: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Dtype {
+    F32,
+    F16,
+}
+
+fn main() {
+    let result = match Cli::parse().command {
+        Command::All {
+            out,
+            logs,
+            data,
+            time_scale,
+        } => report::all(&out, &logs, &data, time_scale),
+        Command::Suite { dtype, json } => suite_runner::run(dtype, &json),
+        Command::Bench {
+            rounds,
+            batch,
+            json,
+        } => bench::run(rounds, batch, &json),
+        Command::NoisyDigits { args } => {
+            let args = noisy_digits::Args::parse_from(with_program("noisy-digits", args));
+            noisy_digits::run(&args).map(drop)
+        }
+        Command::LearnerDigits { json, args } => {
+            let args = learner_digits::Args::parse_from(with_program("learner-digits", args));
+            learner_digits::run(&args).and_then(|accuracy| {
+                report::write_json(&json, &serde_json::json!({ "test_accuracy": accuracy }))
+            })
+        }
+    };
+    if let Err(error) = result {
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
+
+/// `args` as a command line of `program`, for clap.
+fn with_program(program: &str, args: Vec<String>) -> Vec<String> {
+    std::iter::once(program.to_string()).chain(args).collect()
+}

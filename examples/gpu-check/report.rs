@@ -1,0 +1,303 @@
+//! `gpu-check all`: each stage in a child process with a time limit, its output in a log
+//! file, its result in a JSON part; then one `gpu-report.json` and a table.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// One stage: a subcommand of this binary, its time limit, and the JSON it writes.
+struct Stage {
+    name: &'static str,
+    args: Vec<String>,
+    limit_s: f64,
+    result: PathBuf,
+}
+
+/// Writes `value` to `path` as pretty JSON.
+pub fn write_json(path: &Path, value: &Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).expect("JSON");
+    std::fs::write(path, text).map_err(|error| format!("cannot write {}: {error}", path.display()))
+}
+
+/// The stages; each writes its result to `<logs>/<name>.json`.
+fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
+    let data = format!("--data={}", data.display());
+    let stage = |name: &'static str, args: &[&str], limit_s| {
+        let result = logs.join(format!("{name}.json"));
+        let mut args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        // Before the examples' own flags, which take the rest of the line.
+        args.insert(1, format!("--json={}", result.display()));
+        Stage {
+            name,
+            args,
+            limit_s,
+            result,
+        }
+    };
+    let plot = format!("--plot={}", logs.join("noisy-digits.svg").display());
+    let artifacts = format!("--artifacts={}", logs.join("learner-digits").display());
+    vec![
+        stage("suite-f32", &["suite", "f32"], 90.0),
+        stage("suite-f16", &["suite", "f16"], 45.0),
+        stage(
+            "noisy-digits-f16",
+            &[
+                "noisy-digits",
+                "--epochs=3",
+                "--seeds=1",
+                "--methods=sgd,sam",
+                "--dtype=f16",
+                &data,
+                &plot,
+            ],
+            45.0,
+        ),
+        stage(
+            "learner-digits-f16",
+            &[
+                "learner-digits",
+                "--method=sam",
+                "--dtype=f16",
+                "--window=2",
+                "--epochs=3",
+                &data,
+                &artifacts,
+            ],
+            45.0,
+        ),
+        stage("bench", &["bench"], 60.0),
+    ]
+}
+
+/// Runs every stage, writes the report to `out`, prints the table; an error when a stage did
+/// not pass.
+pub fn all(out: &Path, logs: &Path, data: &Path, time_scale: f64) -> Result<(), String> {
+    if !(time_scale > 0.0 && time_scale <= 100.0) {
+        return Err(format!(
+            "--time-scale = {time_scale}: allowed 0 < time-scale <= 100"
+        ));
+    }
+    if !data.is_file() {
+        return Err(format!(
+            "the data set {} is missing (--data)",
+            data.display()
+        ));
+    }
+    std::fs::create_dir_all(logs)
+        .map_err(|error| format!("cannot create {}: {error}", logs.display()))?;
+    let gpu = gpu_description();
+    println!("burn-sam GPU check on {}: {gpu}", crate::BACKEND);
+    let exe = std::env::current_exe().map_err(|error| format!("own path: {error}"))?;
+    let mut results = Vec::new();
+    for stage in stages(logs, data) {
+        let limit = Duration::from_secs_f64(stage.limit_s * time_scale);
+        let log = logs.join(format!("{}.log", stage.name));
+        print!(
+            "{:<20} (limit {:>4.0} s) ... ",
+            stage.name,
+            limit.as_secs_f64()
+        );
+        std::io::stdout()
+            .flush()
+            .map_err(|error| error.to_string())?;
+        let _ = std::fs::remove_file(&stage.result); // a crash must not leave an old result
+        let start = Instant::now();
+        let status = run_with_limit(&exe, &stage.args, &log, limit)?;
+        let seconds = start.elapsed().as_secs_f64();
+        println!("{status} in {seconds:.1} s");
+        let part = std::fs::read_to_string(&stage.result)
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .unwrap_or(Value::Null);
+        results.push(json!({
+            "name": stage.name,
+            "command": format!("gpu-check {}", stage.args.join(" ")),
+            "status": status,
+            "seconds": seconds,
+            "limit_s": limit.as_secs_f64(),
+            "log": log.to_string_lossy(),
+            "result": part,
+        }));
+    }
+    let report = json!({
+        "backend": crate::BACKEND,
+        "gpu": gpu,
+        "burn_sam_version": env!("CARGO_PKG_VERSION"),
+        "stages": results,
+    });
+    write_json(out, &report)?;
+    print_table(&report);
+    println!("\nreport: {}; logs: {}", out.display(), logs.display());
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|stage| stage["status"] != "passed")
+        .filter_map(|stage| stage["name"].as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("stages that did not pass: {}", failed.join(", ")))
+    }
+}
+
+/// Runs `exe args` with its output in `log`, killed after `limit`; what became of it.
+fn run_with_limit(
+    exe: &Path,
+    args: &[String],
+    log: &Path,
+    limit: Duration,
+) -> Result<String, String> {
+    let file =
+        File::create(log).map_err(|error| format!("cannot create {}: {error}", log.display()))?;
+    let err = file.try_clone().map_err(|error| error.to_string())?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .spawn()
+        .map_err(|error| format!("cannot start {}: {error}", exe.display()))?;
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().map_err(|error| error.to_string())? {
+            return Ok(match status.code() {
+                Some(0) => "passed".into(),
+                Some(code) => format!("failed (exit {code})"),
+                None => "crashed (killed by a signal)".into(),
+            });
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(format!("timed out after {:.0} s", limit.as_secs_f64()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The GPU's name, driver and memory from `nvidia-smi`, or why there are none.
+fn gpu_description() -> String {
+    let query = Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=name,driver_version,memory.total",
+            "--format=csv,noheader",
+        ])
+        .output();
+    match query {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let gpus: Vec<&str> = text.lines().map(str::trim).collect();
+            gpus.join("; ")
+        }
+        Ok(out) => format!(
+            "nvidia-smi failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(error) => format!("no nvidia-smi ({error})"),
+    }
+}
+
+fn percent(value: &Value) -> String {
+    value
+        .as_f64()
+        .map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))
+}
+
+/// What a stage's result says in one cell.
+fn summary(name: &str, result: &Value) -> String {
+    if result.is_null() {
+        return "no result (see the log)".into();
+    }
+    match name {
+        "suite-f32" | "suite-f16" => {
+            let failed: Vec<String> = result["cases"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|case| case["passed"] == false)
+                .map(|case| {
+                    let text = |key: &str| case[key].as_str().unwrap_or("?").to_string();
+                    format!("{}: {}", text("name"), text("message"))
+                })
+                .collect();
+            let mut cell = format!("{} of {} cases passed", result["passed"], result["total"]);
+            if !failed.is_empty() {
+                cell += &format!("; failed: {}", failed.join("; "));
+            }
+            cell
+        }
+        "noisy-digits-f16" => result
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(method, run)| {
+                format!(
+                    "{method} {} ({:.3} s/epoch)",
+                    percent(&run["mean"]),
+                    run["epoch_seconds"].as_f64().unwrap_or(f64::NAN)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        "learner-digits-f16" => format!("test accuracy {}", percent(&result["test_accuracy"])),
+        _ => "below".into(),
+    }
+}
+
+fn print_table(report: &Value) {
+    let stages = report["stages"].as_array().cloned().unwrap_or_default();
+    println!("\n| stage | status | time | result |");
+    println!("|---|---|---|---|");
+    for stage in &stages {
+        let name = stage["name"].as_str().unwrap_or("?");
+        println!(
+            "| {name} | {} | {:.1} s | {} |",
+            stage["status"].as_str().unwrap_or("?"),
+            stage["seconds"].as_f64().unwrap_or(f64::NAN),
+            summary(name, &stage["result"]),
+        );
+    }
+    let Some(bench) = stages
+        .iter()
+        .find(|stage| stage["name"] == "bench")
+        .map(|stage| &stage["result"])
+        .filter(|result| !result.is_null())
+    else {
+        return;
+    };
+    println!(
+        "\nSAM's cost, SGD base, batch {}, medians of {} interleaved rounds:\n",
+        bench["batch"], bench["rounds"]
+    );
+    println!("| model | params | dtype | base step | two passes | SAM step | sam_over_base | sam_over_two_passes | loss-scaled SAM | scaled_over_unscaled |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (model, facts) in bench["models"].as_object().into_iter().flatten() {
+        for dtype in ["f32", "f16"] {
+            let ms = |name: &str| {
+                facts["ms"][format!("{name}_{dtype}")]
+                    .as_f64()
+                    .map_or("-".into(), |ms| format!("{ms:.2} ms"))
+            };
+            let ratio = |name: &str| {
+                facts["ratios"][name]
+                    .as_f64()
+                    .map_or("-".into(), |r| format!("{r:.3}"))
+            };
+            println!(
+                "| {model} | {} | {dtype} | {} | {} | {} | {} | {} | {} | {} |",
+                facts["params"],
+                ms("base"),
+                ms("two_passes"),
+                ms("sam"),
+                ratio(&format!("sam_over_base_{dtype}")),
+                ratio(&format!("sam_over_two_passes_{dtype}")),
+                ms("scaled_sam"),
+                ratio(&format!("scaled_over_unscaled_{dtype}")),
+            );
+        }
+    }
+}

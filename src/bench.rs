@@ -1,0 +1,225 @@
+//! The benchmarks' models and optimizer steps, generic over the backend: `benches/sam_cost.rs`
+//! times them on Flex with criterion, `examples/gpu-check` on CUDA.
+
+use std::time::Instant;
+
+use burn::config::Config;
+use burn::module::{AutodiffModule, Module};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{AvgPool2d, AvgPool2dConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::activation::relu;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, FloatDType, Tensor};
+use burn_sam::SamConfig;
+use burn_sam_accum::{AccumulationConfig, MicroBatch, WindowOptimizer};
+
+use crate::Mlp;
+
+/// A small CNN on 28x28 images (flattened): conv 1->8 3x3, relu, conv 8->16 3x3, optional
+/// BatchNorm, relu, average pool 2, linear to 10 (24k parameters, most of the time in the
+/// convolutions).
+#[derive(Module, Debug)]
+pub struct Cnn<B: Backend> {
+    conv1: Conv2d<B>,
+    conv2: Conv2d<B>,
+    norm: Option<BatchNorm<B>>,
+    pool: AvgPool2d,
+    linear: Linear<B>,
+}
+
+/// Configuration of a [`Cnn`].
+#[derive(Config, Debug)]
+pub struct CnnConfig {
+    /// BatchNorm after the second convolution.
+    #[config(default = false)]
+    pub batch_norm: bool,
+}
+
+impl CnnConfig {
+    /// Builds the CNN with Burn's default initialisation.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Cnn<B> {
+        Cnn {
+            conv1: Conv2dConfig::new([1, 8], [3, 3]).init(device),
+            conv2: Conv2dConfig::new([8, 16], [3, 3]).init(device),
+            norm: self
+                .batch_norm
+                .then(|| BatchNormConfig::new(16).init(device)),
+            pool: AvgPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            linear: LinearConfig::new(16 * 12 * 12, 10).init(device),
+        }
+    }
+}
+
+/// A benchmarked model: flattened 784-pixel inputs to 10 outputs.
+pub trait Net<B: AutodiffBackend>: AutodiffModule<B> + Clone {
+    /// The outputs for `x` of shape `[batch, 784]`.
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+}
+
+impl<B: AutodiffBackend> Net<B> for Mlp<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        Mlp::forward(self, x)
+    }
+}
+
+impl<B: AutodiffBackend> Net<B> for Cnn<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [batch, _] = x.dims();
+        let x = relu(self.conv1.forward(x.reshape([batch, 1, 28, 28])));
+        let mut x = self.conv2.forward(x);
+        if let Some(norm) = &self.norm {
+            x = norm.forward(x);
+        }
+        let x = self.pool.forward(relu(x));
+        self.linear.forward(x.flatten(1, 3))
+    }
+}
+
+/// An independent copy of `model` with its parameters in `dtype`. Not `model.clone()`: clones
+/// share BatchNorm's running statistics, and casting a clone would cast the original's too.
+pub fn copy_as<B: AutodiffBackend, M: Net<B>>(model: &M, dtype: FloatDType) -> M {
+    burn_sam::cast_params(M::from_inner(model.valid()), dtype)
+}
+
+/// Inputs `[rows, 784]` and regression targets `[rows, 10]`.
+pub type Batch<B> = (Tensor<B, 2>, Tensor<B, 2>);
+
+/// A batch of standard normal inputs and targets in `dtype`.
+pub fn batch<B: Backend>(rows: usize, dtype: FloatDType) -> Batch<B> {
+    let device = Default::default();
+    let normal = Distribution::Normal(0.0, 1.0);
+    let x = Tensor::<B, 2>::random([rows, 784], normal, &device);
+    let y = Tensor::<B, 2>::random([rows, 10], normal, &device);
+    (x.cast(dtype), y.cast(dtype))
+}
+
+/// Mean-squared error, computed in f32 whatever the parameters' type.
+pub fn loss<B: AutodiffBackend, M: Net<B>>(model: &M, (x, y): &Batch<B>) -> Tensor<B, 1> {
+    let output = model.forward(x.clone()).cast(FloatDType::F32);
+    (output - y.clone().cast(FloatDType::F32))
+        .powi_scalar(2)
+        .mean()
+}
+
+/// One optimizer step of `M` from its current state.
+pub type Step<'a, M> = Box<dyn FnMut(M) -> M + 'a>;
+
+/// A plain SGD step.
+pub fn base_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(batch: &'a Batch<B>) -> Step<'a, M> {
+    let mut sgd = SgdConfig::new().init();
+    Box::new(move |model: M| {
+        let grads = GradientsParams::from_grads(loss(&model, batch).backward(), &model);
+        sgd.step(1e-3, model, grads)
+    })
+}
+
+/// SAM's floor: two forward/backward passes (the first gradient is dropped) and one base step.
+pub fn two_passes_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(batch: &'a Batch<B>) -> Step<'a, M> {
+    let mut sgd = SgdConfig::new().init();
+    Box::new(move |model: M| {
+        drop(GradientsParams::from_grads(
+            loss(&model, batch).backward(),
+            &model,
+        ));
+        let grads = GradientsParams::from_grads(loss(&model, batch).backward(), &model);
+        sgd.step(1e-3, model, grads)
+    })
+}
+
+/// A SAM step (`step_with`) over SGD with `config`.
+pub fn sam_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(
+    config: SamConfig,
+    batch: &'a Batch<B>,
+) -> Step<'a, M> {
+    let mut sam = config.init(SgdConfig::new().init());
+    Box::new(move |model: M| {
+        let step = sam.step_with(1e-3, model, |m: &M| loss(m, batch));
+        step.expect("SAM step").module
+    })
+}
+
+/// Accumulation's floor: the window's forward/backward passes (gradients dropped but the
+/// last) and one base step, without weighting or summing.
+pub fn window_passes_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(
+    window: &'a [MicroBatch<Batch<B>>],
+) -> Step<'a, M> {
+    let mut sgd = SgdConfig::new().init();
+    Box::new(move |model: M| {
+        let (last, rest) = window.split_last().expect("a window");
+        for micro in rest {
+            drop(GradientsParams::from_grads(
+                loss(&model, &micro.data).backward(),
+                &model,
+            ));
+        }
+        let grads = GradientsParams::from_grads(loss(&model, &last.data).backward(), &model);
+        sgd.step(1e-3, model, grads)
+    })
+}
+
+/// One accumulated step of `optimizer` over `window`.
+pub fn accumulated_step<'a, B, M, O>(
+    optimizer: O,
+    window: &'a [MicroBatch<Batch<B>>],
+) -> Step<'a, M>
+where
+    B: AutodiffBackend,
+    M: Net<B> + 'a,
+    O: WindowOptimizer<M, B> + 'a,
+{
+    let mut accumulation = AccumulationConfig::new(window.len()).init(optimizer);
+    Box::new(move |model: M| {
+        let step = accumulation.step(1e-3, model, window, loss::<B, M>);
+        step.expect("accumulated step").module
+    })
+}
+
+/// A step to time: its name, the model it starts from, and the step.
+pub struct Timed<'a, M> {
+    /// Name in reports (`sam_step`, ...).
+    pub name: &'static str,
+    /// The model the first step starts from.
+    pub start: &'a M,
+    /// The step.
+    pub step: Step<'a, M>,
+}
+
+/// The median time of one step of each of `timed`, in ms, over `rounds` interleaved rounds
+/// (one step of every function per round, the order rotating), each step followed by a device
+/// sync: ratios of these compare steps that ran under the same machine load, where timing one
+/// function at a time lets load drift between numerator and denominator. `states` holds each
+/// function's current model (`None`: start from `start`) and is updated.
+pub fn paired_medians<B: AutodiffBackend, M>(
+    timed: &mut [Timed<M>],
+    states: &mut [Option<M>],
+    rounds: usize,
+) -> Vec<(&'static str, f64)>
+where
+    M: Clone,
+{
+    assert!(rounds > 0, "paired_medians: rounds must be >= 1");
+    let device = Default::default();
+    let mut times = vec![Vec::with_capacity(rounds); timed.len()];
+    for round in 0..rounds {
+        for offset in 0..timed.len() {
+            let index = (round + offset) % timed.len();
+            let state = states[index]
+                .take()
+                .unwrap_or_else(|| timed[index].start.clone());
+            let start = Instant::now();
+            states[index] = Some((timed[index].step)(state));
+            B::sync(&device).expect("device sync");
+            times[index].push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    timed
+        .iter()
+        .zip(&mut times)
+        .map(|(timed, times)| {
+            times.sort_by(f64::total_cmp);
+            (timed.name, times[rounds / 2])
+        })
+        .collect()
+}
