@@ -17,7 +17,7 @@ pub fn run(dtype: Dtype, json: &Path) -> Result<(), String> {
         Dtype::F32 => crate::suite_f32::cases(),
         Dtype::F16 => crate::suite_f16::cases(),
     };
-    let last_panic = capture_panic_messages();
+    let panics = capture_panic_messages();
     let mut results = Vec::new();
     let report = |results: &[Value]| {
         let failed = results.iter().filter(|r| r["passed"] == false).count();
@@ -33,14 +33,14 @@ pub fn run(dtype: Dtype, json: &Path) -> Result<(), String> {
     for &(name, case) in &cases {
         eprintln!("case {name} ...");
         let start = Instant::now();
-        // A case may catch panics of its own (misuse tests): only the last one before a
-        // failure is the failure's.
-        last_panic.lock().unwrap().clear();
+        panics.lock().unwrap().clear();
         let outcome = catch_unwind(AssertUnwindSafe(case));
         let seconds = start.elapsed().as_secs_f64();
+        // Every panic of the case, in order: the cause may be on another thread (a device
+        // thread of the backend), and a case may catch panics of its own (the misuse tests).
         let message = match &outcome {
             Ok(()) => Value::Null,
-            Err(_) => last_panic.lock().unwrap().clone().into(),
+            Err(_) => panics.lock().unwrap().join(" | then: ").into(),
         };
         eprintln!(
             "case {name} {} ({seconds:.2} s)",
@@ -61,11 +61,15 @@ pub fn run(dtype: Dtype, json: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Keeps printing panics as usual, and keeps the last one's message and place.
-fn capture_panic_messages() -> Arc<Mutex<String>> {
-    let last = Arc::new(Mutex::new(String::new()));
+/// Longest message kept of one panic, in characters.
+const MESSAGE_CHARS: usize = 600;
+
+/// Keeps printing panics as usual, and collects each one's message and place, from every
+/// thread.
+fn capture_panic_messages() -> Arc<Mutex<Vec<String>>> {
+    let panics = Arc::new(Mutex::new(Vec::new()));
     let default_hook = std::panic::take_hook();
-    let keep = Arc::clone(&last);
+    let keep = Arc::clone(&panics);
     std::panic::set_hook(Box::new(move |info| {
         let payload = info.payload();
         let message = payload
@@ -77,10 +81,11 @@ fn capture_panic_messages() -> Arc<Mutex<String>> {
             .location()
             .map(|l| format!("{}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        if let Ok(mut last) = keep.lock() {
-            *last = format!("{message} at {place}");
+        let message: String = message.chars().take(MESSAGE_CHARS).collect();
+        if let Ok(mut panics) = keep.lock() {
+            panics.push(format!("{message} at {place}"));
         }
         default_hook(info);
     }));
-    last
+    panics
 }
