@@ -119,11 +119,11 @@ fn bench_model<M: Net<B>>(c: &mut Criterion, name: &str, model: M) {
     {
         let mut current = Some(step((*start).clone())); // warm up
         if function.contains("sam_step") {
-            let reads = burn_sam::device_reads();
+            let reads = burn_sam::diagnostics::device_reads();
             for _ in 0..5 {
                 current = Some(step(current.take().unwrap()));
             }
-            let per_step = (burn_sam::device_reads() - reads) as f64 / 5.0;
+            let per_step = (burn_sam::diagnostics::device_reads() - reads) as f64 / 5.0;
             facts.insert(format!("{function}_device_reads"), per_step.into());
         }
         let peak = peak_bytes(|| current = Some(step(current.take().unwrap())));

@@ -54,9 +54,4 @@ impl<B: Backend> Mlp<B> {
         }
         x
     }
-
-    /// Number of scalar parameters.
-    pub fn parameters(&self) -> usize {
-        self.num_params()
-    }
 }

@@ -1,4 +1,4 @@
-//! Device reads (host syncs) per step, counted by `burn_sam::device_reads`: two per SAM step
+//! Device reads (host syncs) per step, counted by `burn_sam::diagnostics::device_reads`: two per SAM step
 //! (one per pass), one per loss-scaled or plain accumulated step, whatever the window size.
 //! One test in its own binary, so that no other test reads in between.
 #![cfg(feature = "flex")]
@@ -19,9 +19,9 @@ fn loss(model: &Mlp<B>, (x, y): &Batch) -> Tensor<B, 1> {
 
 /// The reads `f` made.
 fn reads(f: impl FnOnce()) -> u64 {
-    let before = burn_sam::device_reads();
+    let before = burn_sam::diagnostics::device_reads();
     f();
-    burn_sam::device_reads() - before
+    burn_sam::diagnostics::device_reads() - before
 }
 
 #[test]

@@ -30,10 +30,11 @@ use burn::train::renderer::{
 };
 use burn::train::{
     ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
-    TrainOutput, TrainStep, TrainingStrategy,
+    TrainOutput, TrainStep,
 };
 use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord};
-use burn_sam_accum::train::{SamTraining, TrainingOptimizer};
+use burn_sam_accum::train::SamTraining;
+use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig};
 
 type B = Autodiff<Flex>;
@@ -176,7 +177,7 @@ fn run<LR, O>(
 ) -> Classifier<Flex>
 where
     LR: LrScheduler + 'static,
-    O: Optimizer<Model, B> + TrainingOptimizer + 'static,
+    O: WindowOptimizer<Model, B> + 'static,
 {
     let mut training = SupervisedTraining::new(dir, loader, valid_loader())
         .metrics((AccuracyMetric::new(), LossMetric::new()))
@@ -186,7 +187,7 @@ where
         .with_application_logger(None)
         .num_epochs(epochs);
     if let Some(strategy) = strategy {
-        training = training.with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)));
+        training = training.with_training_strategy(strategy.into_strategy());
     }
     if let Some(epoch) = resume {
         training = training.checkpoint(epoch);
@@ -575,7 +576,7 @@ fn loss_scaling_without_scale_loss_in_the_train_step_is_refused() {
     let optim = SamConfig::new()
         .with_loss_scaling(Some(LossScalerConfig::new()))
         .init(SgdConfig::new().init());
-    let strategy = SamTraining::new(Default::default(), &optim);
+    let strategy = SamTraining::strategy(Default::default(), &optim);
     SupervisedTraining::new(
         artifacts("unscaled"),
         train_loader(16, None),
@@ -583,8 +584,42 @@ fn loss_scaling_without_scale_loss_in_the_train_step_is_refused() {
     )
     .renderer(Quiet)
     .with_application_logger(None)
-    .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
+    .with_training_strategy(strategy)
     .launch(Learner::new(model, optim, 0.05));
+}
+
+#[test]
+#[should_panic(expected = "no loss was scaled since the last step")]
+fn a_loss_scaled_sam_in_burns_default_strategy_stops_with_the_fix() {
+    // Burn's own strategy cannot scale the loss: the first step stops, naming `SamTraining`.
+    let optim = SamConfig::new()
+        .with_loss_scaling(Some(LossScalerConfig::new()))
+        .init(SgdConfig::new().init());
+    SupervisedTraining::new(
+        artifacts("default-strategy"),
+        train_loader(16, None),
+        valid_loader(),
+    )
+    .renderer(Quiet)
+    .with_application_logger(None)
+    .launch(Learner::new(model(), optim, 0.05));
+}
+
+#[test]
+#[should_panic(expected = "invalid AccumulationConfig: `window` = 0")]
+fn grads_accumulation_zero_is_refused_like_with_accumulation_zero() {
+    let optim = SamConfig::new().init(SgdConfig::new().init());
+    let strategy = SamTraining::strategy(Default::default(), &optim);
+    SupervisedTraining::new(
+        artifacts("accumulation-zero"),
+        train_loader(16, None),
+        valid_loader(),
+    )
+    .renderer(Quiet)
+    .with_application_logger(None)
+    .grads_accumulation(0)
+    .with_training_strategy(strategy)
+    .launch(Learner::new(model(), optim, 0.05));
 }
 
 #[test]

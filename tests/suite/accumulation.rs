@@ -8,7 +8,8 @@ use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Record, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
 use burn_sam::{
-    LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam, SamConfig, SamRecord,
+    LossScaleHandle, LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam,
+    SamConfig, SamRecord,
 };
 use burn_sam_accum::{
     AccumError, Accumulation, AccumulationConfig, MicroBatch, SamMode, Window, WindowOptimizer,
@@ -77,7 +78,9 @@ pub fn micro_batch_gradients_equal_the_union<B: AutodiffBackend>() {
         let micro_batches = split(batch, sizes);
         let mut loss = loss::<B>;
         let mut window = Window::new(&micro_batches, &mut loss).unwrap();
-        let accumulated = window.gradient(&model, 1.0).unwrap();
+        let accumulated = window
+            .gradient(&model, &LossScaleHandle::unscaled())
+            .unwrap();
         let error = relative_error(&values(&model, &accumulated), &union);
         assert!(
             error <= accumulation_tolerance::<B>(),
@@ -100,7 +103,12 @@ pub fn micro_batch_gradients_equal_the_union<B: AutodiffBackend>() {
     let gradient = |micro_batches: &[MicroBatch<Batch<B>>]| {
         let mut loss = loss::<B>;
         let mut window = Window::new(micro_batches, &mut loss).unwrap();
-        values(&model, &window.gradient(&model, 1.0).unwrap())
+        values(
+            &model,
+            &window
+                .gradient(&model, &LossScaleHandle::unscaled())
+                .unwrap(),
+        )
     };
     let error = relative_error(&gradient(&unweighted(&[4, 4])), &union);
     assert!(
@@ -297,16 +305,18 @@ pub fn per_micro_batch_matches_its_definition<B: AutodiffBackend>() {
     assert!(relative_error(&tensors(&exact.module), &expected) > 1e-4);
 }
 
-/// Bad windows are refused by name and step nothing.
+/// Bad windows are refused by name, step nothing and hand the module back intact.
 pub fn bad_windows_are_refused<B: AutodiffBackend>() {
     let seeded = problem::<B>(1);
     let (model, batch) = (seeded.model, &seeded.batches[0]);
     let sam = SamConfig::new().init(SgdConfig::new().init());
     let mut accumulation = AccumulationConfig::new(2).init(sam);
     let mut refuse = |window: &[MicroBatch<Batch<B>>]| {
-        let error = accumulation
+        let failed = accumulation
             .step(0.1, model.clone(), window, loss::<B>)
             .unwrap_err();
+        let error = failed.error;
+        assert_eq!(tensors(&failed.module), tensors(&model), "{error}");
         assert_eq!(accumulation.optimizer().stats().steps, 0, "{error}");
         assert!(!accumulation.optimizer().is_perturbed(), "{error}");
         error
@@ -341,7 +351,7 @@ pub fn bad_windows_are_refused<B: AutodiffBackend>() {
     // A loss computed with another module than the one the closure gets.
     let other = problem::<B>(1).model;
     let mut accumulation = AccumulationConfig::new(2).init(SgdConfig::new().init());
-    let error = accumulation
+    let failed = accumulation
         .step(
             0.1,
             model.clone(),
@@ -349,11 +359,57 @@ pub fn bad_windows_are_refused<B: AutodiffBackend>() {
             |_: &Mlp<B>, b: &Batch<B>| loss(&other, b),
         )
         .unwrap_err();
-    assert_eq!(error, AccumError::LossWithoutModule { index: 0 });
+    assert_eq!(failed.error, AccumError::LossWithoutModule { index: 0 });
+    assert_eq!(tensors(&failed.module), tensors(&model));
     assert!(
-        error.to_string().contains("module passed to the closure"),
-        "{error}"
+        failed.to_string().contains("module passed to the closure"),
+        "{failed}"
     );
+}
+
+/// A failure between SAM's passes (here a loss that stops depending on the module at the
+/// `fail_at`-th evaluation) puts the unperturbed weights back and hands them over.
+pub fn failure_between_passes_restores_the_weights<B: AutodiffBackend>() {
+    let seeded = problem::<B>(1);
+    let (model, batch) = (seeded.model, &seeded.batches[0]);
+    let other = problem::<B>(1).model;
+    // Exact: 2 ascent evaluations, then the descent's. Per micro-batch: ascent 0, descent 0,
+    // ascent 1, descent 1.
+    for (mode, fail_at) in [
+        (SamMode::Exact, 2),
+        (SamMode::Exact, 3),
+        (SamMode::PerMicroBatch, 1),
+        (SamMode::PerMicroBatch, 2),
+        (SamMode::PerMicroBatch, 3),
+    ] {
+        let sam = SamConfig::new().with_rho(0.5).init(SgdConfig::new().init());
+        let mut accumulation = AccumulationConfig::new(2).with_sam_mode(mode).init(sam);
+        let mut calls = 0;
+        let failed = accumulation
+            .step(
+                0.1,
+                model.clone(),
+                &split(batch, &[4, 4]),
+                |m: &Mlp<B>, b: &Batch<B>| {
+                    calls += 1;
+                    loss(if calls > fail_at { &other } else { m }, b)
+                },
+            )
+            .unwrap_err();
+        assert!(
+            matches!(failed.error, AccumError::LossWithoutModule { .. }),
+            "{mode:?} {fail_at}: {}",
+            failed.error
+        );
+        assert_eq!(
+            tensors(&failed.module),
+            tensors(&model),
+            "{mode:?} {fail_at}"
+        );
+        let sam = accumulation.optimizer();
+        assert!(!sam.is_perturbed(), "{mode:?} {fail_at}");
+        assert_eq!(sam.stats().steps, 0, "{mode:?} {fail_at}");
+    }
 }
 
 /// The optimizer's state without the loss scaler, byte for byte: the base optimizer's
@@ -448,15 +504,18 @@ pub fn overflow_in_one_micro_batch_skips_the_window<B: AutodiffBackend>() {
     let y = &mut overflowing[1].data.1;
     *y = y.clone().mul_scalar(0.0).add_scalar(1e4);
 
+    let scaling = LossScalerConfig::new().with_init_scale(256.0);
+    let scale = LossScaledConfig::new(scaling.clone())
+        .init(())
+        .loss_scale_handle();
     let mut loss_fn = loss::<B>;
     let mut window = Window::new(&overflowing, &mut loss_fn).unwrap();
-    let gradient = window.gradient(&model, 256.0).unwrap();
+    let gradient = window.gradient(&model, &scale).unwrap();
     let id = model.layers[0].weight.id;
     let first = gradient.get::<B::InnerBackend, 2>(id).unwrap();
     assert_eq!(first.dtype(), DType::F32, "f16 gradients accumulate in f32");
     assert!(!burn_sam::grad_norm(&model, &gradient).unwrap().is_finite());
 
-    let scaling = LossScalerConfig::new().with_init_scale(256.0);
     let adam = || AdamConfig::new().init();
     let scaled = LossScaledConfig::new(scaling.clone()).init(adam());
     let accumulation = AccumulationConfig::new(3).init(scaled);

@@ -1,13 +1,28 @@
-//! Misuse gives a clear error, never silently wrong training.
+//! Misuse gives a clear error, never silently wrong training, and never loses the module.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::{SamConfig, SamError};
-use burn_sam_suite::MlpConfig;
+use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamError, StepError};
+use burn_sam_suite::{Mlp, MlpConfig};
 
 use super::util::{batch_grads, problem, tensors};
+
+/// The error is `expected`, and the module came back bitwise equal to `intact`.
+fn refused<B: AutodiffBackend>(
+    failed: StepError<Mlp<B>>,
+    expected: SamError,
+    intact: &Mlp<B>,
+) -> String {
+    assert_eq!(failed.error, expected);
+    assert_eq!(
+        tensors(&failed.module),
+        tensors(intact),
+        "{expected}: module not handed back intact"
+    );
+    failed.to_string()
+}
 
 pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     let problem = problem::<B>(1);
@@ -17,20 +32,18 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     let mut sam = SamConfig::new().init(SgdConfig::new().init());
 
     let grads = batch_grads(&model, batch);
-    let error = sam.descend(0.1, model.clone(), grads).unwrap_err();
-    assert_eq!(error, SamError::DescentWithoutAscent);
-    assert!(error.to_string().contains("without an ascent"));
+    let failed = sam.descend(0.1, model.clone(), grads).unwrap_err();
+    let message = refused(failed, SamError::DescentWithoutAscent, &model);
+    assert!(message.contains("without an ascent"));
 
-    let error = sam
+    let failed = sam
         .ascend(model.clone(), batch_grads(&other, batch))
         .unwrap_err();
-    assert_eq!(
-        error,
-        SamError::ForeignGradients {
-            gradients: 4,
-            matched: 0
-        }
-    );
+    let foreign = SamError::ForeignGradients {
+        gradients: 4,
+        matched: 0,
+    };
+    refused(failed, foreign.clone(), &model);
     assert!(
         !sam.is_perturbed(),
         "a rejected ascent leaves nothing pending"
@@ -39,27 +52,34 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     let perturbed = sam
         .ascend(model.clone(), batch_grads(&model, batch))
         .unwrap();
-    let error = sam
+    let failed = sam
         .ascend(perturbed.clone(), batch_grads(&perturbed, batch))
         .unwrap_err();
-    assert_eq!(error, SamError::AscentPending);
+    refused(failed, SamError::AscentPending, &perturbed);
 
-    let error = sam
+    let failed = sam
         .descend(0.1, other.clone(), batch_grads(&other, batch))
         .unwrap_err();
-    assert_eq!(error, SamError::ForeignModule);
-    assert!(error.to_string().contains("module returned by the ascent"));
+    let message = refused(failed, SamError::ForeignModule, &other);
+    assert!(message.contains("module returned by the ascent"));
 
-    let error = sam
-        .descend(0.1, perturbed.clone(), batch_grads(&other, batch))
-        .unwrap_err();
-    assert!(matches!(error, SamError::ForeignGradients { .. }));
-
-    // After the rejected calls the pending ascent is still intact and completes normally.
+    // The pending ascent survived the foreign module and completes normally.
     let (stepped, _) = sam
         .descend(0.1, perturbed.clone(), batch_grads(&perturbed, batch))
         .unwrap();
     assert_ne!(tensors(&stepped), tensors(&model));
+    assert_eq!(sam.stats().steps, 1);
+
+    // Foreign gradients in the descent end the step unfinished, with the weights of before
+    // the ascent.
+    let perturbed = sam
+        .ascend(stepped.clone(), batch_grads(&stepped, batch))
+        .unwrap();
+    let failed = sam
+        .descend(0.1, perturbed.clone(), batch_grads(&other, batch))
+        .unwrap_err();
+    refused(failed, foreign, &stepped);
+    assert!(!sam.is_perturbed());
     assert_eq!(sam.stats().steps, 1);
 }
 
@@ -81,4 +101,51 @@ pub fn optimizer_step_panics_clearly<B: AutodiffBackend>() {
         message.contains("module returned by the ascent"),
         "{message}"
     );
+}
+
+/// With loss scaling on, gradients of a loss nobody scaled are refused (they would be divided
+/// by the scale): by `Sam`'s phases and `LossScaled::try_step` with the module back, by
+/// `Optimizer::step` with a panic naming the fix. Scaled through the optimizer, they pass.
+pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
+    let problem = problem::<B>(1);
+    let batch = &problem.batches[0];
+    let model = problem.model;
+    let scaling = LossScalerConfig::new().with_init_scale(1024.0);
+    let mut sam = SamConfig::new()
+        .with_loss_scaling(Some(scaling.clone()))
+        .init(SgdConfig::new().init());
+
+    let failed = sam
+        .ascend(model.clone(), batch_grads(&model, batch))
+        .unwrap_err();
+    let message = refused(failed, SamError::UnscaledLoss, &model);
+    assert!(message.contains("scale_loss") && message.contains("SamTraining"));
+    assert!(!sam.is_perturbed());
+
+    let scaled = |sam: &burn_sam::Sam<_>, model: &Mlp<B>| {
+        let (x, y) = batch;
+        let loss = (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean();
+        let grads = sam.scale_loss(loss).backward();
+        burn::optim::GradientsParams::from_grads(grads, model)
+    };
+    let perturbed = sam.ascend(model.clone(), scaled(&sam, &model)).unwrap();
+    let failed = sam
+        .descend(0.1, perturbed.clone(), batch_grads(&perturbed, batch))
+        .unwrap_err();
+    refused(failed, SamError::UnscaledLoss, &model);
+    let perturbed = sam.ascend(model.clone(), scaled(&sam, &model)).unwrap();
+    let grads = scaled(&sam, &perturbed);
+    sam.descend(0.1, perturbed, grads).unwrap();
+
+    let mut optim = LossScaledConfig::new(scaling).init(SgdConfig::new().init());
+    let failed = optim
+        .try_step(0.1, model.clone(), batch_grads(&model, batch))
+        .unwrap_err();
+    refused(failed, SamError::UnscaledLoss, &model);
+    let panic = catch_unwind(AssertUnwindSafe(|| {
+        optim.step(0.1, model.clone(), batch_grads(&model, batch))
+    }))
+    .expect_err("unscaled gradients must not train");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("no loss was scaled"), "{message}");
 }

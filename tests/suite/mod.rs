@@ -66,6 +66,7 @@ macro_rules! backend_suite {
                 batchnorm_statistics_see_the_batch_once => batchnorm::statistics_see_the_batch_once::<B>(),
                 misuse_is_reported => misuse::errors_name_the_mistake::<B>(),
                 misuse_through_optimizer_step_panics_clearly => misuse::optimizer_step_panics_clearly::<B>(),
+                misuse_unscaled_loss_is_refused => misuse::unscaled_loss_is_refused::<B>(),
                 non_finite_ascent_falls_back_to_base_step => faults::non_finite_ascent_falls_back_to_base_step::<B>(),
                 non_finite_descent_changes_nothing => faults::non_finite_descent_changes_nothing::<B>(),
                 accumulation_micro_batch_gradients_equal_the_union => accumulation::micro_batch_gradients_equal_the_union::<B>(),
@@ -75,6 +76,7 @@ macro_rules! backend_suite {
                 accumulation_per_micro_batch_windows_of_one_equal_sam => accumulation::per_micro_batch_windows_of_one_equal_sam::<B>(),
                 accumulation_per_micro_batch_matches_its_definition => accumulation::per_micro_batch_matches_its_definition::<B>(),
                 accumulation_bad_windows_are_refused => accumulation::bad_windows_are_refused::<B>(),
+                accumulation_failure_between_passes_restores_the_weights => accumulation::failure_between_passes_restores_the_weights::<B>(),
         ]);
     };
     ($name:ident, $backend:ty, $dtype:expr) => {

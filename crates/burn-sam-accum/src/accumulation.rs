@@ -3,6 +3,9 @@ use burn::optim::LearningRate;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
+use burn_sam::StepError;
+
+use crate::error::or_hand_back;
 use crate::{AccumError, AccumulationConfig, MicroBatch, Window, WindowOptimizer, WindowReport};
 
 /// Gradient accumulation over windows of micro-batches, around any [`WindowOptimizer`].
@@ -65,13 +68,16 @@ impl<O> Accumulation<O> {
     /// One optimizer step from `micro_batches` (1 to `window` of them). `loss` returns the
     /// mean loss of one micro-batch at the given module; it is called once per micro-batch
     /// and pass (twice with SAM), and each loss is back-propagated before the next is built.
+    ///
+    /// An error hands the module back as it was: a bad window, a loss not computed with the
+    /// module, or the optimizer's refusal ([`AccumError`]).
     pub fn step<M, B, T, F>(
         &mut self,
         lr: LearningRate,
         module: M,
         micro_batches: &[MicroBatch<T>],
         mut loss: F,
-    ) -> Result<WindowStep<M, B>, AccumError>
+    ) -> Result<WindowStep<M, B>, StepError<M, AccumError>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
@@ -79,12 +85,13 @@ impl<O> Accumulation<O> {
         F: FnMut(&M, &T) -> Tensor<B, 1>,
     {
         if micro_batches.len() > self.config.window {
-            return Err(AccumError::WindowTooLong {
+            let error = AccumError::WindowTooLong {
                 micro_batches: micro_batches.len(),
                 window: self.config.window,
-            });
+            };
+            return Err(StepError { module, error });
         }
-        let mut window = Window::new(micro_batches, &mut loss)?;
+        let mut window = or_hand_back!(Window::new(micro_batches, &mut loss), module);
         let (module, report) =
             self.optimizer
                 .step_window(lr, module, &mut window, self.config.sam_mode)?;

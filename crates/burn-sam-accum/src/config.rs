@@ -1,6 +1,7 @@
 use burn::config::Config;
+use burn_sam::ConfigError;
 
-use crate::{AccumError, Accumulation};
+use crate::Accumulation;
 
 /// How SAM uses the micro-batches of a window.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -29,28 +30,29 @@ impl AccumulationConfig {
     /// ...), a [`LossScaled`](burn_sam::LossScaled) one or a [`Sam`](burn_sam::Sam) one.
     ///
     /// # Panics
-    /// When the configuration is invalid, with the field and its allowed range.
+    /// When the configuration is invalid, with the field and its allowed range;
+    /// [`AccumulationConfig::try_init`] returns it instead.
+    #[track_caller]
     pub fn init<O>(&self, optimizer: O) -> Accumulation<O> {
         self.try_init(optimizer)
             .unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// Wraps `optimizer`, or says which field is invalid.
-    pub fn try_init<O>(&self, optimizer: O) -> Result<Accumulation<O>, AccumError> {
+    pub fn try_init<O>(&self, optimizer: O) -> Result<Accumulation<O>, ConfigError> {
         self.validate()?;
         Ok(Accumulation::new(self.clone(), optimizer))
     }
 
     /// Checks every field.
-    pub fn validate(&self) -> Result<(), AccumError> {
-        if self.window == 0 {
-            return Err(AccumError::InvalidConfig {
-                field: "window",
-                value: 0.0,
-                allowed: "an integer >= 1",
-            });
-        }
-        Ok(())
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::check(
+            "AccumulationConfig",
+            "window",
+            self.window as f64,
+            "an integer >= 1",
+            self.window >= 1,
+        )
     }
 }
 
@@ -61,7 +63,10 @@ mod tests {
     #[test]
     fn window_zero_is_rejected_by_name() {
         let error = AccumulationConfig::new(0).try_init(()).unwrap_err();
-        assert!(error.to_string().contains("`window` = 0"), "{error}");
+        assert_eq!(
+            error.to_string(),
+            "invalid AccumulationConfig: `window` = 0, allowed: an integer >= 1"
+        );
         assert!(AccumulationConfig::new(1).try_init(()).is_ok());
     }
 }

@@ -1,19 +1,12 @@
 use core::fmt;
 
-use burn_sam::SamError;
+use burn_sam::{ConfigError, SamError};
 
 /// What went wrong when configuring or stepping an [`Accumulation`](crate::Accumulation).
 #[derive(Debug, Clone, PartialEq)]
 pub enum AccumError {
     /// A configuration field is outside its allowed range.
-    InvalidConfig {
-        /// The field's name, as in the config struct.
-        field: &'static str,
-        /// The rejected value.
-        value: f64,
-        /// The allowed range, in words.
-        allowed: &'static str,
-    },
+    InvalidConfig(ConfigError),
     /// A window without micro-batches: nothing was stepped.
     EmptyWindow,
     /// More micro-batches than the configured window holds.
@@ -46,17 +39,16 @@ impl From<SamError> for AccumError {
     }
 }
 
+impl From<ConfigError> for AccumError {
+    fn from(error: ConfigError) -> Self {
+        Self::InvalidConfig(error)
+    }
+}
+
 impl fmt::Display for AccumError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InvalidConfig {
-                field,
-                value,
-                allowed,
-            } => write!(
-                f,
-                "invalid accumulation config: `{field}` = {value}, allowed: {allowed}"
-            ),
+            Self::InvalidConfig(error) => error.fmt(f),
             Self::EmptyWindow => write!(f, "empty window: give at least one micro-batch"),
             Self::WindowTooLong {
                 micro_batches,
@@ -86,3 +78,19 @@ impl fmt::Display for AccumError {
 }
 
 impl std::error::Error for AccumError {}
+
+/// Hands `$module` back with the error when `$result` is an `Err`.
+macro_rules! or_hand_back {
+    ($result:expr, $module:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(error) => {
+                return Err(burn_sam::StepError {
+                    module: $module,
+                    error: error.into(),
+                })
+            }
+        }
+    };
+}
+pub(crate) use or_hand_back;

@@ -10,12 +10,14 @@
 //! micro-batch by its own gradient (m-sharpness).
 //!
 //! See [`Accumulation`] for an example, and [`train`] (cargo feature `train`) for Burn's
-//! `Learner`.
+//! `Learner`. Errors hand the module back ([`burn_sam::StepError`]).
 
 mod accumulation;
 mod config;
 mod error;
+mod grad_sum;
 mod optimizer;
+mod sam_window;
 #[cfg(feature = "train")]
 pub mod train;
 mod window;
@@ -25,3 +27,7 @@ pub use config::{AccumulationConfig, SamMode};
 pub use error::AccumError;
 pub use optimizer::{WindowOptimizer, WindowReport};
 pub use window::{MicroBatch, Window};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,11 +1,14 @@
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{GradientsParams, LearningRate, Optimizer, SimpleOptimizer};
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::Tensor;
-use burn_sam::{LossScaled, Sam, StepOutcome, StepReport};
+//! What an optimizer must do to step from a window of micro-batches, and how Burn's
+//! optimizers, `LossScaled` and `Sam` do it.
 
-use crate::window::GradSum;
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{LearningRate, Optimizer, SimpleOptimizer};
+use burn::tensor::backend::AutodiffBackend;
+use burn_sam::{LossScaleHandle, LossScaled, Sam, StepError, StepOutcome, StepReport};
+
+use crate::error::or_hand_back;
+use crate::sam_window;
 use crate::{AccumError, SamMode, Window};
 
 /// What one window's step did.
@@ -25,21 +28,36 @@ pub struct WindowReport {
     pub sam: Option<StepReport>,
 }
 
-/// An optimizer that takes one step from a window of micro-batches, running their passes
-/// through [`Window`]. A window is all or nothing: a non-finite gradient anywhere in it skips
-/// the step, and loss scaling sees one scale and makes one update per window.
+/// An optimizer that takes one step from a window of micro-batches: directly, running their
+/// passes through [`Window`] ([`Accumulation`](crate::Accumulation)), or through Burn's
+/// `Learner`, where a training strategy runs `PASSES` passes and calls `Optimizer::step`
+/// after each (`train::SamTraining`). A window is all or nothing: a non-finite gradient
+/// anywhere in it skips the step, and loss scaling sees one scale and makes one update per
+/// window.
 ///
 /// Implemented for Burn's optimizers ([`OptimizerAdaptor`]: SGD, Adam, AdamW, ...),
 /// [`LossScaled`] and [`Sam`].
-pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend> {
-    /// Runs the window's passes and steps `module` once with learning rate `lr`.
+pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M, B> {
+    /// Forward and backward passes over the same micro-batches per optimizer step: 2 for
+    /// [`Sam`] (ascent, then descent), 1 otherwise.
+    const PASSES: usize;
+    /// Whether `Optimizer::step` takes f32 gradients for parameters narrower than f32 (it
+    /// unscales them and steps through master weights); otherwise accumulated gradients are
+    /// cast to each parameter's type first.
+    const WIDE_GRADIENTS: bool;
+
+    /// The loss scale the gradients must carry, shared with the optimizer as it changes.
+    fn loss_scale_handle(&self) -> LossScaleHandle;
+
+    /// Runs the window's passes and steps `module` once with learning rate `lr`. On an error
+    /// the module comes back as it was.
     fn step_window<T>(
         &mut self,
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
         sam_mode: SamMode,
-    ) -> Result<(M, WindowReport), AccumError>;
+    ) -> Result<(M, WindowReport), StepError<M, AccumError>>;
 }
 
 impl<O, M, B> WindowOptimizer<M, B> for OptimizerAdaptor<O, M, B>
@@ -48,27 +66,30 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
+    const PASSES: usize = 1;
+    const WIDE_GRADIENTS: bool = false;
+
+    fn loss_scale_handle(&self) -> LossScaleHandle {
+        LossScaleHandle::unscaled()
+    }
+
     fn step_window<T>(
         &mut self,
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
         _sam_mode: SamMode,
-    ) -> Result<(M, WindowReport), AccumError> {
-        let grads = window.gradient(&module, 1.0)?;
-        let grad_norm = burn_sam::grad_norm(&module, &grads)?;
-        let applied = grad_norm.is_finite();
-        let module = if applied {
-            let grads = cast_to_params(&module, grads);
-            self.step(lr, module, grads)
-        } else {
-            log::warn!("window gradient norm is {grad_norm}: skipping the update");
+    ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
+        let grads = or_hand_back!(
+            window.gradient(&module, &LossScaleHandle::unscaled()),
             module
-        };
+        );
+        let (module, step) =
+            burn_sam::guarded_step(self, lr, module, grads).map_err(|e| e.map_error(Into::into))?;
         let report = WindowReport {
-            applied,
+            applied: step.applied,
             micro_batches: window.len(),
-            grad_norm,
+            grad_norm: step.grad_norm,
             loss_scale: 1.0,
             sam: None,
         };
@@ -82,15 +103,24 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
+    const PASSES: usize = 1;
+    const WIDE_GRADIENTS: bool = true;
+
+    fn loss_scale_handle(&self) -> LossScaleHandle {
+        LossScaled::loss_scale_handle(self)
+    }
+
     fn step_window<T>(
         &mut self,
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
         _sam_mode: SamMode,
-    ) -> Result<(M, WindowReport), AccumError> {
-        let grads = window.gradient(&module, self.loss_scale())?;
-        let (module, step) = self.try_step(lr, module, grads)?;
+    ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
+        let grads = or_hand_back!(window.gradient(&module, &self.loss_scale_handle()), module);
+        let (module, step) = self
+            .try_step(lr, module, grads)
+            .map_err(|e| e.map_error(Into::into))?;
         let report = WindowReport {
             applied: step.applied,
             micro_batches: window.len(),
@@ -108,26 +138,24 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
+    const PASSES: usize = 2;
+    const WIDE_GRADIENTS: bool = true;
+
+    fn loss_scale_handle(&self) -> LossScaleHandle {
+        Sam::loss_scale_handle(self)
+    }
+
     fn step_window<T>(
         &mut self,
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
         sam_mode: SamMode,
-    ) -> Result<(M, WindowReport), AccumError> {
+    ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
         let loss_scale = self.loss_scale();
         let (module, step) = match sam_mode {
-            SamMode::Exact => {
-                let grads = window.gradient(&module, loss_scale)?;
-                let perturbed = self.ascend(module, grads)?;
-                if self.ascent_overflowed() {
-                    self.skip(perturbed)?
-                } else {
-                    let grads = window.gradient(&perturbed, loss_scale)?;
-                    self.descend(lr, perturbed, grads)?
-                }
-            }
-            SamMode::PerMicroBatch => self.per_micro_batch(lr, module, window, loss_scale)?,
+            SamMode::Exact => sam_window::exact(self, lr, module, window)?,
+            SamMode::PerMicroBatch => sam_window::per_micro_batch(self, lr, module, window)?,
         };
         let report = WindowReport {
             applied: step.outcome == StepOutcome::Applied,
@@ -138,85 +166,4 @@ where
         };
         Ok((module, report))
     }
-}
-
-/// The SAM steps of a window, beyond [`Sam`]'s own phases.
-trait SamWindow<M: AutodiffModule<B>, B: AutodiffBackend> {
-    fn ascent_overflowed(&self) -> bool;
-
-    /// m-sharpness: micro-batch `i` is perturbed by its own gradient and contributes
-    /// `w_i * grad L_i(w + e_i)`; the last descent steps with the sum.
-    fn per_micro_batch<T>(
-        &mut self,
-        lr: LearningRate,
-        module: M,
-        window: &mut Window<'_, M, T, B>,
-        loss_scale: f32,
-    ) -> Result<(M, StepReport), AccumError>;
-}
-
-impl<O, M, B> SamWindow<M, B> for Sam<O>
-where
-    O: Optimizer<M, B>,
-    M: AutodiffModule<B>,
-    B: AutodiffBackend,
-{
-    fn ascent_overflowed(&self) -> bool {
-        self.pending_ascent()
-            .is_some_and(|ascent| !ascent.perturbed)
-    }
-
-    fn per_micro_batch<T>(
-        &mut self,
-        lr: LearningRate,
-        mut module: M,
-        window: &mut Window<'_, M, T, B>,
-        loss_scale: f32,
-    ) -> Result<(M, StepReport), AccumError> {
-        let scale = f64::from(loss_scale);
-        let mut descent = GradSum::default();
-        let last = window.len() - 1;
-        let mut index = 0;
-        loop {
-            // The perturbation divides by the norm: the ascent gradient needs no weight.
-            let grads = window.micro_gradient(index, &module, scale)?;
-            let perturbed = self.ascend(module, grads)?;
-            if self.ascent_overflowed() {
-                return Ok(self.skip(perturbed)?);
-            }
-            let factor = scale * window.weight(index);
-            descent.add(
-                &perturbed,
-                window.micro_gradient(index, &perturbed, factor)?,
-                1.0,
-            )?;
-            if index == last {
-                return Ok(self.descend(lr, perturbed, descent.into_grads())?);
-            }
-            module = self.restore(perturbed)?;
-            index += 1;
-        }
-    }
-}
-
-/// Casts each gradient to its parameter's float type: a plain optimizer steps f16 parameters
-/// with f16 gradients (accumulation itself ran in f32).
-pub(crate) fn cast_to_params<B: AutodiffBackend, M: AutodiffModule<B>>(
-    module: &M,
-    grads: GradientsParams,
-) -> GradientsParams {
-    struct Cast {
-        grads: GradientsParams,
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Cast {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                let dtype = param.val().dtype();
-                self.grads.register(param.id, grad.cast(dtype));
-            }
-        }
-    }
-    let mut cast = Cast { grads };
-    module.visit(&mut cast);
-    cast.grads
 }

@@ -9,91 +9,50 @@
 //!   its gradient by its share of the window (items, or equal), summed in f32: the gradient of
 //!   the union, where Burn's `grads_accumulation` sums; the last, partial window of an epoch
 //!   steps with what it holds, where Burn's drops it;
-//! - does that once per pass of the optimizer: twice for [`Sam`] (ascent at `w`, descent at
-//!   `w + e`), once for other optimizers ([`TrainingOptimizer`]).
+//! - does that once per pass of the optimizer: twice for [`Sam`](burn_sam::Sam) (ascent at `w`, descent at
+//!   `w + e`), once for other optimizers ([`WindowOptimizer::PASSES`]).
 //!
 //! Loss scaling (f16 models): wrap the optimizer with loss scaling ([`SamConfig::loss_scaling`]
-//! or [`LossScaled`]) and call [`scale_loss`] on the loss the `TrainStep` back-propagates.
+//! or [`LossScaled`](burn_sam::LossScaled)) and call [`scale_loss`] on the loss the
+//! `TrainStep` back-propagates. The loss scale and the steps skipped on overflow are logged
+//! once per epoch (Burn's `Learner` writes the log to `experiment.log` in its artifact
+//! directory).
 //!
-//! Checkpoints are Burn's: the model, the optimizer's record (for [`Sam`]: the base optimizer's
+//! Checkpoints are Burn's: the model, the optimizer's record (for [`Sam`](burn_sam::Sam): the base optimizer's
 //! state, SAM's counters, the loss scaler and f32 master weights) and the scheduler. A resumed
 //! run replays the data loader's shuffles of the epochs it skips, so it continues where the
 //! uninterrupted run would be.
 //!
 //! [`SamConfig::loss_scaling`]: burn_sam::SamConfig::loss_scaling
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use burn::data::dataloader::Progress;
-use burn::module::AutodiffModule;
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{GradientsParams, SimpleOptimizer};
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend, DeviceOps};
-use burn::tensor::{DType, Device, FloatDType, Tensor};
+use burn::tensor::{Device, Tensor};
 use burn::train::{
     EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent,
     LearningComponentsTypes, SupervisedLearningStrategy, SupervisedTrainingEventProcessor,
-    TrainLoader, TrainStep, TrainingComponents, TrainingItem, TrainingModel, ValidLoader,
+    TrainLoader, TrainStep, TrainingComponents, TrainingItem, TrainingModel, TrainingStrategy,
+    ValidLoader,
 };
-use burn_sam::{LossScaleHandle, LossScaled, Sam};
+use burn_sam::{ConfigError, LossScaleHandle};
 
-use crate::optimizer::cast_to_params;
-use crate::window::{item_weights, GradSum};
-use crate::{AccumError, AccumulationConfig};
-
-/// An optimizer [`SamTraining`] can drive through Burn's `Learner`, which only lets it call
-/// `step`: how many passes a step takes and which loss scale the gradients must carry.
-pub trait TrainingOptimizer {
-    /// Forward and backward passes over the same micro-batches per optimizer step, each
-    /// followed by one `step` call: 2 for [`Sam`], 1 otherwise.
-    const PASSES: usize;
-    /// Whether the optimizer takes f32 gradients for parameters narrower than f32 (it unscales
-    /// them and steps through master weights); otherwise accumulated gradients are cast back
-    /// to each parameter's type.
-    const WIDE_GRADIENTS: bool;
-    /// The loss scale the optimizer expects its gradients to carry, as it changes.
-    fn loss_scale_handle(&self) -> LossScaleHandle;
-}
-
-impl<O> TrainingOptimizer for Sam<O> {
-    const PASSES: usize = 2;
-    const WIDE_GRADIENTS: bool = true;
-    fn loss_scale_handle(&self) -> LossScaleHandle {
-        Sam::loss_scale_handle(self)
-    }
-}
-
-impl<O> TrainingOptimizer for LossScaled<O> {
-    const PASSES: usize = 1;
-    const WIDE_GRADIENTS: bool = true;
-    fn loss_scale_handle(&self) -> LossScaleHandle {
-        LossScaled::loss_scale_handle(self)
-    }
-}
-
-impl<O, M, B> TrainingOptimizer for OptimizerAdaptor<O, M, B>
-where
-    O: SimpleOptimizer<B::InnerBackend>,
-    M: AutodiffModule<B>,
-    B: AutodiffBackend,
-{
-    const PASSES: usize = 1;
-    const WIDE_GRADIENTS: bool = false;
-    fn loss_scale_handle(&self) -> LossScaleHandle {
-        LossScaleHandle::unscaled()
-    }
-}
+use crate::grad_sum::GradSum;
+use crate::window::item_weights;
+use crate::{AccumulationConfig, WindowOptimizer};
 
 /// The loss scale of the pass running on this thread, and whether the `TrainStep` used it.
-#[derive(Clone, Copy)]
 struct PassScale {
-    scale: f32,
+    handle: LossScaleHandle,
     used: bool,
 }
 
 thread_local! {
-    static PASS_SCALE: Cell<Option<PassScale>> = const { Cell::new(None) };
+    static PASS_SCALE: RefCell<Option<PassScale>> = const { RefCell::new(None) };
 }
 
 /// `loss` times the loss scale of the pass [`SamTraining`] is running, in f32: call `backward`
@@ -111,24 +70,21 @@ thread_local! {
 /// assert_eq!(scale_loss(loss).into_scalar(), 0.5);
 /// ```
 pub fn scale_loss<B: Backend, const D: usize>(loss: Tensor<B, D>) -> Tensor<B, D> {
-    let Some(mut pass) = PASS_SCALE.get() else {
-        return loss;
-    };
-    pass.used = true;
-    PASS_SCALE.set(Some(pass));
-    if pass.scale == 1.0 {
-        return loss;
-    }
-    let loss = match loss.dtype() {
-        DType::F64 | DType::F32 => loss,
-        _ => loss.cast(FloatDType::F32),
-    };
-    loss.mul_scalar(pass.scale)
+    PASS_SCALE.with_borrow_mut(|pass| match pass {
+        Some(pass) => {
+            pass.used = true;
+            pass.handle.scale_loss(loss)
+        }
+        None => loss,
+    })
 }
 
-/// Runs `step` with `scale` as the pass's loss scale; also says whether `step` asked for it.
-fn with_pass_scale<T>(scale: f32, step: impl FnOnce() -> T) -> (T, bool) {
-    PASS_SCALE.set(Some(PassScale { scale, used: false }));
+/// Runs `step` with `handle` scaling the pass's loss; also says whether `step` asked for it.
+fn with_pass_scale<T>(handle: &LossScaleHandle, step: impl FnOnce() -> T) -> (T, bool) {
+    PASS_SCALE.set(Some(PassScale {
+        handle: handle.clone(),
+        used: false,
+    }));
     let output = step();
     let used = PASS_SCALE.take().is_some_and(|pass| pass.used);
     (output, used)
@@ -138,25 +94,28 @@ type Input<LC> = <TrainingModel<LC> as TrainStep>::Input;
 type Output<LC> = <TrainingModel<LC> as TrainStep>::Output;
 type ItemCount<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 
-/// A Burn training strategy (`TrainingStrategy::Custom`) for [`Sam`] and for any
-/// [`TrainingOptimizer`]: SAM's two passes through the model's own `TrainStep`, the LR
+/// A Burn training strategy (`TrainingStrategy::Custom`) for [`Sam`](burn_sam::Sam) and for any
+/// [`WindowOptimizer`]: SAM's two passes through the model's own `TrainStep`, the LR
 /// scheduler advanced once per optimizer step, normalised gradient accumulation with the
 /// partial window flushed, loss scaling. See the [module documentation](self).
 ///
+/// [`SamTraining::strategy`] gives the `TrainingStrategy` in one call; with options, build it
+/// and finish with [`SamTraining::into_strategy`]:
+///
 /// ```no_run
-/// # use burn::train::TrainingStrategy;
-/// # fn wire<LC: burn::train::LearningComponentsTypes + 'static>(
+/// # use burn::train::{LearningComponentsTypes, TrainingStrategy};
+/// # use burn_sam_accum::WindowOptimizer;
+/// # fn wire<LC: LearningComponentsTypes + 'static>(
 /// #     device: burn::tensor::Device<LC::Backend>, optim: &LC::Optimizer,
-/// # ) -> TrainingStrategy<LC>
-/// # where LC::Optimizer: burn_sam_accum::train::TrainingOptimizer,
+/// # ) -> Result<TrainingStrategy<LC>, burn_sam::ConfigError>
+/// # where LC::Optimizer: WindowOptimizer<LC::TrainingModel, LC::Backend>,
 /// #       <LC::TrainingModel as burn::train::TrainStep>::Input: Clone,
 /// # {
-/// use std::sync::Arc;
 /// use burn_sam_accum::train::SamTraining;
 ///
 /// // `optim` is the optimizer given to `Learner::new`, e.g. `SamConfig::new().init(sgd)`.
-/// let strategy = SamTraining::new(device, optim).with_accumulation(4).unwrap();
-/// TrainingStrategy::Custom(Arc::new(strategy))
+/// let strategy = SamTraining::new(device, optim).with_accumulation(4)?.into_strategy();
+/// # Ok(strategy)
 /// # }
 /// ```
 pub struct SamTraining<LC: LearningComponentsTypes> {
@@ -168,11 +127,13 @@ pub struct SamTraining<LC: LearningComponentsTypes> {
 
 impl<LC> SamTraining<LC>
 where
-    LC: LearningComponentsTypes,
-    LC::Optimizer: TrainingOptimizer,
+    LC: LearningComponentsTypes + 'static,
+    LC::Optimizer: WindowOptimizer<TrainingModel<LC>, LC::Backend>,
+    Input<LC>: Clone,
 {
     /// A strategy training on `device` with `optim`, the optimizer the `Learner` gets (or a
-    /// clone of it: the strategy follows its loss scale). One micro-batch per step.
+    /// clone of it: the strategy follows its loss scale). One micro-batch per step, unless
+    /// the builder's `grads_accumulation` or [`SamTraining::with_accumulation`] says more.
     pub fn new(device: Device<LC::Backend>, optim: &LC::Optimizer) -> Self {
         Self {
             device,
@@ -182,10 +143,21 @@ where
         }
     }
 
+    /// `SamTraining::new(device, optim).into_strategy()`: the strategy to give
+    /// `SupervisedTraining::with_training_strategy`.
+    pub fn strategy(device: Device<LC::Backend>, optim: &LC::Optimizer) -> TrainingStrategy<LC> {
+        Self::new(device, optim).into_strategy()
+    }
+
+    /// This strategy as Burn's `TrainingStrategy::Custom`.
+    pub fn into_strategy(self) -> TrainingStrategy<LC> {
+        TrainingStrategy::Custom(Arc::new(self))
+    }
+
     /// Steps once per `window` batches of the data loader, with the gradient of their union.
     /// Overrides `SupervisedTraining::grads_accumulation`, which is otherwise taken as the
     /// window. An error for `window = 0`.
-    pub fn with_accumulation(mut self, window: usize) -> Result<Self, AccumError> {
+    pub fn with_accumulation(mut self, window: usize) -> Result<Self, ConfigError> {
         AccumulationConfig::new(window).validate()?;
         self.window = Some(window);
         Ok(self)
@@ -202,8 +174,16 @@ where
         self
     }
 
+    /// # Panics
+    /// When the builder's `grads_accumulation` is 0, with the message `with_accumulation(0)`
+    /// returns.
     fn window(&self, grads_accumulation: Option<usize>) -> usize {
-        self.window.or(grads_accumulation).unwrap_or(1).max(1)
+        let window = self.window.or(grads_accumulation).unwrap_or(1);
+        let config = AccumulationConfig::new(window);
+        config.validate().unwrap_or_else(|error| {
+            panic!("{error} (from `SupervisedTraining::grads_accumulation`)")
+        });
+        window
     }
 
     fn weights(&self, inputs: &[Input<LC>]) -> Vec<f64> {
@@ -222,16 +202,17 @@ where
         weights: &[f64],
         mut output: impl FnMut(usize, Output<LC>),
     ) -> GradientsParams {
-        let scale = self.loss_scale.get();
+        let handle = &self.loss_scale;
         let single = inputs.len() == 1;
         let model = learner.model();
         let mut sum = GradSum::default();
         for (index, input) in inputs.enumerate() {
-            let (step, used) = with_pass_scale(scale, || learner.train_step(input));
+            let (step, used) = with_pass_scale(handle, || learner.train_step(input));
             assert!(
-                used || scale == 1.0,
-                "loss scaling is on (scale {scale}) but the TrainStep did not call \
-                 burn_sam_accum::train::scale_loss on the loss it back-propagates"
+                used || !handle.is_scaling(),
+                "loss scaling is on (scale {}) but the TrainStep did not call \
+                 burn_sam_accum::train::scale_loss on the loss it back-propagates",
+                handle.get()
             );
             output(index, step.item);
             if single {
@@ -241,20 +222,13 @@ where
                 .unwrap_or_else(|error| panic!("{error}"));
         }
         let grads = sum.into_grads();
-        if <LC::Optimizer as TrainingOptimizer>::WIDE_GRADIENTS {
+        if <LC::Optimizer as WindowOptimizer<_, _>>::WIDE_GRADIENTS {
             grads
         } else {
             cast_to_params(&model, grads)
         }
     }
-}
 
-impl<LC> SamTraining<LC>
-where
-    LC: LearningComponentsTypes,
-    LC::Optimizer: TrainingOptimizer,
-    Input<LC>: Clone,
-{
     fn train_epoch(
         &self,
         learner: &mut Learner<LC>,
@@ -264,7 +238,8 @@ where
         processor: &mut SupervisedTrainingEventProcessor<LC>,
         interrupter: &Interrupter,
     ) {
-        let passes = <LC::Optimizer as TrainingOptimizer>::PASSES;
+        let passes = <LC::Optimizer as WindowOptimizer<_, _>>::PASSES;
+        let overflows = self.loss_scale.overflows();
         let mut iterator = loader.iter();
         let mut iteration = 0;
         loop {
@@ -302,6 +277,7 @@ where
                     let inputs = std::mem::take(&mut inputs).into_iter();
                     self.window_gradient(learner, inputs, &weights, &mut report)
                 };
+                self.loss_scale.announce_strategy_step();
                 learner.optimizer_step(grads);
             }
             iteration += weights.len();
@@ -309,8 +285,39 @@ where
                 break;
             }
         }
+        if self.loss_scale.is_scaling() {
+            log::info!(
+                "epoch {}: loss scale {}, {} steps overflowed (skipped in whole, or SAM's \
+                 ascent skipped)",
+                epoch.items_processed,
+                self.loss_scale.get(),
+                self.loss_scale.overflows() - overflows
+            );
+        }
         processor.process_train(LearnerEvent::EndEpoch(epoch.items_processed));
     }
+}
+
+/// Casts each gradient to its parameter's float type: a plain optimizer steps f16 parameters
+/// with f16 gradients (accumulation itself ran in f32).
+fn cast_to_params<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: GradientsParams,
+) -> GradientsParams {
+    struct Cast {
+        grads: GradientsParams,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Cast {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+                let dtype = param.val().dtype();
+                self.grads.register(param.id, grad.cast(dtype));
+            }
+        }
+    }
+    let mut cast = Cast { grads };
+    module.visit(&mut cast);
+    cast.grads
 }
 
 /// Burn's validation epoch: the model in inference mode over the validation loader.
@@ -343,8 +350,8 @@ fn valid_epoch<LC: LearningComponentsTypes>(
 
 impl<LC> SupervisedLearningStrategy<LC> for SamTraining<LC>
 where
-    LC: LearningComponentsTypes,
-    LC::Optimizer: TrainingOptimizer,
+    LC: LearningComponentsTypes + 'static,
+    LC::Optimizer: WindowOptimizer<TrainingModel<LC>, LC::Backend>,
     Input<LC>: Clone,
 {
     fn fit(

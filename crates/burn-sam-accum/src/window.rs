@@ -1,9 +1,12 @@
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, FloatDType, Tensor};
-use burn_sam::SamError;
+//! A window of micro-batches and their loss, evaluated one micro-batch at a time.
 
+use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+use burn_sam::{widen, LossScaleHandle};
+
+use crate::grad_sum::GradSum;
 use crate::AccumError;
 
 /// One micro-batch of a window: the data the loss closure receives and, optionally, how many
@@ -76,25 +79,31 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
         self.weights[index]
     }
 
-    /// The window's gradient at `module`, `sum_i w_i grad L_i`, with every loss multiplied by
-    /// `loss_scale` before its backward pass. Accumulated in f32 (f64 for f64 gradients).
-    pub fn gradient(&mut self, module: &M, loss_scale: f32) -> Result<GradientsParams, AccumError> {
+    /// The window's gradient at `module`, `sum_i w_i grad L_i`, with every loss scaled through
+    /// `scale` (the optimizer's [`LossScaleHandle`]) before its backward pass. Accumulated in
+    /// f32 (f64 for f64 gradients).
+    pub fn gradient(
+        &mut self,
+        module: &M,
+        scale: &LossScaleHandle,
+    ) -> Result<GradientsParams, AccumError> {
         let mut sum = GradSum::default();
         for index in 0..self.len() {
-            let factor = f64::from(loss_scale) * self.weights[index];
-            let grads = self.micro_gradient(index, module, factor)?;
+            let grads = self.micro_gradient(index, module, scale, self.weights[index])?;
             sum.add(module, grads, 1.0)?;
         }
         Ok(sum.into_grads())
     }
 
-    /// The gradient of micro-batch `index`'s loss times `factor` at `module`, in the
-    /// parameters' float type; an error when the loss does not depend on `module`.
+    /// The gradient of `weight` times micro-batch `index`'s loss, scaled through `scale`, at
+    /// `module`, in the parameters' float type; an error when the loss does not depend on
+    /// `module`.
     pub fn micro_gradient(
         &mut self,
         index: usize,
         module: &M,
-        factor: f64,
+        scale: &LossScaleHandle,
+        weight: f64,
     ) -> Result<GradientsParams, AccumError> {
         let loss = (self.loss)(module, &self.batches[index].data);
         if index == self.evaluated {
@@ -105,11 +114,11 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
             });
             self.evaluated += 1;
         }
-        let loss = widen(loss);
-        let loss = if factor == 1.0 {
+        let loss = scale.scale_loss(widen(loss));
+        let loss = if weight == 1.0 {
             loss
         } else {
-            loss.mul_scalar(factor)
+            loss.mul_scalar(weight)
         };
         let grads = GradientsParams::from_grads(loss.backward(), module);
         if grads.is_empty() {
@@ -152,77 +161,5 @@ pub(crate) fn item_weights(
         }
         None if items.iter().any(Option::is_some) => Err(AccumError::MixedItemCounts),
         None => Ok(vec![1.0 / len as f64; len]),
-    }
-}
-
-/// The type gradients accumulate in: f64 stays f64, narrower types widen to f32.
-fn widen<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
-    match tensor.dtype() {
-        DType::F64 | DType::F32 => tensor,
-        _ => tensor.cast(FloatDType::F32),
-    }
-}
-
-/// A running sum of gradients by parameter, in f32 (or f64).
-#[derive(Default)]
-pub(crate) struct GradSum {
-    sum: GradientsParams,
-}
-
-impl GradSum {
-    /// Adds `weight * grads`, an error when some belong to no parameter of `module`.
-    pub fn add<B: AutodiffBackend, M: AutodiffModule<B>>(
-        &mut self,
-        module: &M,
-        grads: GradientsParams,
-        weight: f64,
-    ) -> Result<(), SamError> {
-        let gradients = grads.len();
-        let mut add = Add::<B> {
-            grads,
-            weight,
-            sum: &mut self.sum,
-            matched: 0,
-            backend: core::marker::PhantomData,
-        };
-        module.visit(&mut add);
-        if add.matched != gradients {
-            return Err(SamError::ForeignGradients {
-                gradients,
-                matched: add.matched,
-            });
-        }
-        Ok(())
-    }
-
-    pub fn into_grads(self) -> GradientsParams {
-        self.sum
-    }
-}
-
-struct Add<'a, B> {
-    grads: GradientsParams,
-    weight: f64,
-    sum: &'a mut GradientsParams,
-    matched: usize,
-    backend: core::marker::PhantomData<B>,
-}
-
-impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
-            return;
-        };
-        self.matched += 1;
-        let mut grad = widen(grad);
-        if self.weight != 1.0 {
-            grad = grad.mul_scalar(self.weight);
-        }
-        // The running sum is the only owner of its buffer: backends that can add in place.
-        let total = match self.sum.remove::<B::InnerBackend, D>(param.id) {
-            Some(sum) => sum + grad,
-            None => grad,
-        };
-        self.sum.register(param.id, total);
     }
 }

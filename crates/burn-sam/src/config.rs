@@ -1,7 +1,7 @@
 use burn::config::Config;
 
 use crate::precision::MixedPrecision;
-use crate::{LossScalerConfig, Sam, SamError};
+use crate::{ConfigError, LossScalerConfig, Sam};
 
 /// Configuration of [`Sam`]: Sharpness-Aware Minimization (Foret et al., 2021) and its
 /// adaptive variant ASAM (Kwon et al., 2021).
@@ -48,14 +48,25 @@ impl SamConfig {
     /// Wraps `base` into a [`Sam`] optimizer.
     ///
     /// # Panics
-    /// When the configuration is invalid, with the message of [`SamConfig::validate`].
+    /// When the configuration is invalid, with the message of [`SamConfig::validate`];
+    /// [`SamConfig::try_init`] returns it instead.
+    #[track_caller]
     pub fn init<O>(&self, base: O) -> Sam<O> {
         self.try_init(base)
             .unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// Wraps `base` into a [`Sam`] optimizer, or says which field is invalid.
-    pub fn try_init<O>(&self, base: O) -> Result<Sam<O>, SamError> {
+    ///
+    /// ```
+    /// use burn_sam::{LossScalerConfig, SamConfig};
+    ///
+    /// let scaling = LossScalerConfig::new().with_init_scale(0.0);
+    /// let error = SamConfig::new().with_loss_scaling(Some(scaling)).try_init(()).unwrap_err();
+    /// assert_eq!(error.config, "LossScalerConfig");
+    /// assert_eq!(error.field, "init_scale");
+    /// ```
+    pub fn try_init<O>(&self, base: O) -> Result<Sam<O>, ConfigError> {
         self.validate()?;
         let scaler = self
             .loss_scaling
@@ -74,7 +85,9 @@ impl SamConfig {
     /// let error = SamConfig::new().with_rho(-1.0).validate().unwrap_err();
     /// assert!(error.to_string().contains("rho"));
     /// ```
-    pub fn validate(&self) -> Result<(), SamError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check =
+            |field, value, allowed, ok| ConfigError::check("SamConfig", field, value, allowed, ok);
         check(
             "rho",
             self.rho,
@@ -96,33 +109,14 @@ impl SamConfig {
     }
 }
 
-pub(crate) fn check(
-    field: &'static str,
-    value: f64,
-    allowed: &'static str,
-    ok: bool,
-) -> Result<(), SamError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(SamError::InvalidConfig {
-            field,
-            value,
-            allowed,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn rejected(config: SamConfig) -> (&'static str, String) {
         let error = config.validate().unwrap_err();
-        let SamError::InvalidConfig { field, .. } = error else {
-            panic!("expected InvalidConfig, got {error:?}");
-        };
-        (field, error.to_string())
+        assert_eq!(error.config, "SamConfig");
+        (error.field, error.to_string())
     }
 
     #[test]
@@ -162,6 +156,9 @@ mod tests {
         assert!(config.try_init(()).is_err());
         let panic = std::panic::catch_unwind(|| config.init(())).unwrap_err();
         let message = panic.downcast_ref::<String>().unwrap();
-        assert!(message.contains("`eps` = 0"), "{message}");
+        assert!(
+            message.contains("invalid SamConfig: `eps` = 0"),
+            "{message}"
+        );
     }
 }

@@ -1,19 +1,98 @@
+//! The crate's errors: invalid configurations, misuse of an optimizer's protocol, the loss
+//! scale's hard stop, and [`StepError`], which hands the module back with any of them.
+
 use core::fmt;
 
-use crate::LossScaleError;
+/// A configuration field outside its allowed range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    /// The config struct, as the user named it (`SamConfig`, `LossScalerConfig`, ...).
+    pub config: &'static str,
+    /// The field's name, as in the config struct.
+    pub field: &'static str,
+    /// The rejected value.
+    pub value: f64,
+    /// The allowed range, in words.
+    pub allowed: &'static str,
+}
 
-/// What went wrong when configuring or driving a [`Sam`](crate::Sam) optimizer.
+impl ConfigError {
+    /// `Ok` when `ok`, otherwise the error naming `config.field`, its value and its range.
+    ///
+    /// ```
+    /// use burn_sam::ConfigError;
+    ///
+    /// let error = ConfigError::check("MyConfig", "rho", -1.0, "finite and >= 0", false);
+    /// assert_eq!(
+    ///     error.unwrap_err().to_string(),
+    ///     "invalid MyConfig: `rho` = -1, allowed: finite and >= 0"
+    /// );
+    /// ```
+    pub fn check(
+        config: &'static str,
+        field: &'static str,
+        value: f64,
+        allowed: &'static str,
+        ok: bool,
+    ) -> Result<(), Self> {
+        if ok {
+            return Ok(());
+        }
+        Err(Self {
+            config,
+            field,
+            value,
+            allowed,
+        })
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self {
+            config,
+            field,
+            value,
+            allowed,
+        } = self;
+        write!(
+            f,
+            "invalid {config}: `{field}` = {value}, allowed: {allowed}"
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The loss scale can no longer shrink and every step overflows: training cannot make progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossScaleError {
+    /// The scale, at its minimum.
+    pub scale: f32,
+    /// Overflows in a row at that scale.
+    pub overflows: u64,
+}
+
+impl fmt::Display for LossScaleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "loss scale stuck at its minimum {} with {} overflows in a row: the gradients are \
+             not finite even unscaled (a NaN in the model or the data, or a diverged run); \
+             stopping as `max_overflows_at_min` asks",
+            self.scale, self.overflows
+        )
+    }
+}
+
+impl std::error::Error for LossScaleError {}
+
+/// What went wrong when configuring or stepping a [`Sam`](crate::Sam) or
+/// [`LossScaled`](crate::LossScaled) optimizer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SamError {
     /// A configuration field is outside its allowed range.
-    InvalidConfig {
-        /// The field's name, as in the config struct.
-        field: &'static str,
-        /// The rejected value.
-        value: f64,
-        /// The allowed range, in words.
-        allowed: &'static str,
-    },
+    InvalidConfig(ConfigError),
     /// `descend` was called without a pending ascent.
     DescentWithoutAscent,
     /// `ascend` was called while the previous ascent still waits for its descent.
@@ -27,8 +106,18 @@ pub enum SamError {
     },
     /// The module given to the descent is not the one the ascent returned.
     ForeignModule,
+    /// Loss scaling is on, but no loss was scaled since the last step: the gradients would be
+    /// off by the scale.
+    UnscaledLoss,
     /// The loss scale hit its minimum and kept overflowing (`max_overflows_at_min`).
     LossScale(LossScaleError),
+    /// The backend cannot compute in the float type parameters were to be cast to.
+    UnsupportedDType {
+        /// The float type asked for.
+        dtype: burn::tensor::DType,
+        /// The backend's name.
+        backend: String,
+    },
 }
 
 impl From<LossScaleError> for SamError {
@@ -37,14 +126,16 @@ impl From<LossScaleError> for SamError {
     }
 }
 
+impl From<ConfigError> for SamError {
+    fn from(error: ConfigError) -> Self {
+        Self::InvalidConfig(error)
+    }
+}
+
 impl fmt::Display for SamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InvalidConfig {
-                field,
-                value,
-                allowed,
-            } => write!(f, "invalid SAM config: `{field}` = {value}, allowed: {allowed}"),
+            Self::InvalidConfig(error) => error.fmt(f),
             Self::DescentWithoutAscent => write!(
                 f,
                 "SAM descent without an ascent: call `ascend` (or the first `step`) on this batch first"
@@ -55,17 +146,117 @@ impl fmt::Display for SamError {
             ),
             Self::ForeignGradients { gradients, matched } => write!(
                 f,
-                "SAM got gradients for parameters the module does not have ({matched} of {gradients} match): \
-                 compute the gradients with this module"
+                "gradients for parameters the module does not have ({matched} of {gradients} \
+                 match): compute the gradients with this module"
             ),
             Self::ForeignModule => write!(
                 f,
                 "SAM descent got a module whose parameters differ from the ascent's: \
                  pass the module returned by the ascent"
             ),
+            Self::UnscaledLoss => write!(
+                f,
+                "loss scaling is on, but no loss was scaled since the last step: call \
+                 `backward` on `optim.scale_loss(loss)`; in a Burn `Learner`, train with \
+                 `burn_sam_accum::train::SamTraining` and call \
+                 `burn_sam_accum::train::scale_loss` in the `TrainStep` (Burn's default \
+                 strategy cannot scale the loss)"
+            ),
             Self::LossScale(error) => error.fmt(f),
+            Self::UnsupportedDType { dtype, backend } => write!(
+                f,
+                "the {backend} backend does not compute in {dtype:?} on this device: train \
+                 {dtype:?} parameters on Flex, CUDA, Vulkan/WebGPU or LibTorch (NdArray has only \
+                 f32 and f64)"
+            ),
         }
     }
 }
 
 impl std::error::Error for SamError {}
+
+/// An error from a call that took the module by value, with the module handed back: the
+/// weights as they were before the call (a pending ascent is undone), or the stepped weights
+/// when the step itself succeeded and only what follows it failed (the loss scale's hard stop).
+///
+/// It converts into `Box<dyn Error>` like any error, so `?` works; match on it to keep
+/// training with the module.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::{GradientsParams, SgdConfig};
+/// use burn::tensor::Tensor;
+/// use burn_sam::{SamConfig, SamError};
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+/// let mut sam = SamConfig::new().init(SgdConfig::new().init());
+/// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
+/// let grads = GradientsParams::from_grads(loss.backward(), &model);
+///
+/// // A descent without an ascent: refused, and the model comes back.
+/// let error = sam.descend(0.1, model, grads).unwrap_err();
+/// assert_eq!(error.error, SamError::DescentWithoutAscent);
+/// let model = error.module;
+/// ```
+pub struct StepError<M, E = SamError> {
+    /// The module, handed back.
+    pub module: M,
+    /// What went wrong.
+    pub error: E,
+}
+
+impl<M, E> StepError<M, E> {
+    pub(crate) fn new(module: M, error: impl Into<E>) -> Self {
+        Self {
+            module,
+            error: error.into(),
+        }
+    }
+
+    /// The module, dropping the error.
+    pub fn into_module(self) -> M {
+        self.module
+    }
+
+    /// The same module with the error converted, e.g. into a wider error type.
+    pub fn map_error<F>(self, map: impl FnOnce(E) -> F) -> StepError<M, F> {
+        StepError {
+            module: self.module,
+            error: map(self.error),
+        }
+    }
+}
+
+impl<M, E: fmt::Debug> fmt::Debug for StepError<M, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M, E: fmt::Display> fmt::Display for StepError<M, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<M, E: std::error::Error + 'static> std::error::Error for StepError<M, E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+/// Hands `$module` back with the error when `$result` is an `Err`.
+macro_rules! or_hand_back {
+    ($result:expr, $module:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(error) => return Err($crate::StepError::new($module, error)),
+        }
+    };
+}
+pub(crate) use or_hand_back;

@@ -4,7 +4,7 @@
 //! ```
 //! use burn::backend::{Autodiff, Flex};
 //! use burn::nn::{Linear, LinearConfig};
-//! use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+//! use burn::optim::AdamConfig;
 //! use burn::tensor::Tensor;
 //! use burn_sam::SamConfig;
 //!
@@ -15,36 +15,48 @@
 //! let (x, y) = (Tensor::<B, 2>::ones([8, 3], &device), Tensor::<B, 2>::zeros([8, 1], &device));
 //!
 //! for _ in 0..3 {
-//!     // Twice per batch: the first step perturbs, the second steps the base optimizer.
-//!     for _ in 0..2 {
-//!         let loss = (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean();
-//!         let grads = GradientsParams::from_grads(loss.backward(), &model);
-//!         model = optim.step(1e-2, model, grads);
-//!     }
+//!     // Both passes, with the loss as a closure of the model.
+//!     let loss = |model: &Linear<B>| (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean();
+//!     model = optim.step_with(1e-2, model, loss).unwrap().module;
 //! }
 //! assert_eq!(optim.stats().steps, 3);
 //! ```
 //!
-//! See [`Sam`] for the explicit `ascend`/`descend` phases and the one-call
-//! [`Sam::step_with`].
+//! See [`Sam`] for the explicit `ascend`/`descend` phases and `Optimizer::step`.
 //!
 //! Mixed precision: [`SamConfig::loss_scaling`] turns on dynamic loss scaling
 //! ([`LossScaler`], PyTorch `GradScaler`'s rule) with overflow-safe ascent and descent, and
 //! parameters narrower than f32 are stepped through f32 master weights. [`LossScaled`] gives
 //! any Burn optimizer the same without SAM; [`cast_params`] makes a model f16.
+//!
+//! Errors hand the module back ([`StepError`]): no call that takes the model by value loses it.
 
+mod cast;
 mod config;
+pub mod diagnostics;
 mod error;
+mod float;
+mod handle;
 mod loss_scaled;
-mod params;
+mod merge;
+mod norm;
+mod param_map;
+mod perturb;
 mod precision;
 mod sam;
 mod scaler;
 
+pub use cast::{cast_params, try_cast_params};
 pub use config::SamConfig;
-pub use error::SamError;
+pub use error::{ConfigError, LossScaleError, SamError, StepError};
+pub use float::widen;
+pub use handle::LossScaleHandle;
 pub use loss_scaled::{LossScaled, LossScaledConfig, ScaledStepReport};
-pub use params::{device_reads, grad_norm};
-pub use precision::{cast_params, MasterWeightRecord, MixedPrecisionRecord};
+pub use norm::grad_norm;
+pub use precision::{guarded_step, MasterWeightRecord, MixedPrecisionRecord};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
-pub use scaler::{LossScaleError, LossScaleHandle, LossScaler, LossScalerConfig, LossScalerRecord};
+pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -4,9 +4,10 @@ use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
-use crate::params;
+use crate::error::or_hand_back;
+use crate::merge::merge_devices;
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
-use crate::{LossScaleHandle, LossScaler, LossScalerConfig, SamError};
+use crate::{ConfigError, LossScaleHandle, LossScaler, LossScalerConfig, StepError};
 
 /// Configuration of [`LossScaled`]: loss scaling and f32 master weights for any Burn
 /// optimizer, without SAM.
@@ -23,14 +24,16 @@ impl LossScaledConfig {
     /// Wraps `base`.
     ///
     /// # Panics
-    /// When the loss scaler's configuration is invalid, naming the field.
+    /// When the loss scaler's configuration is invalid, naming the field;
+    /// [`LossScaledConfig::try_init`] returns it instead.
+    #[track_caller]
     pub fn init<O>(&self, base: O) -> LossScaled<O> {
         self.try_init(base)
             .unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// Wraps `base`, or says which field is invalid.
-    pub fn try_init<O>(&self, base: O) -> Result<LossScaled<O>, SamError> {
+    pub fn try_init<O>(&self, base: O) -> Result<LossScaled<O>, ConfigError> {
         let scaler = self.loss_scaling.try_init()?;
         Ok(LossScaled {
             base,
@@ -66,14 +69,15 @@ pub struct LossScaled<O> {
     precision: MixedPrecision,
 }
 
-/// What one loss-scaled step did.
+/// What one guarded step ([`LossScaled::try_step`], [`guarded_step`](crate::guarded_step))
+/// did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScaledStepReport {
     /// Whether the update was applied (false: the gradients overflowed).
     pub applied: bool,
     /// The unscaled gradient norm.
     pub grad_norm: f64,
-    /// The loss scale the gradients were computed with.
+    /// The loss scale the gradients were computed with (1 without loss scaling).
     pub loss_scale: f32,
 }
 
@@ -85,7 +89,7 @@ impl<O> LossScaled<O> {
 
     /// The loss scaler.
     pub fn loss_scaler(&self) -> &LossScaler {
-        self.precision.scaler.as_ref().expect("always set")
+        self.precision.scaler().expect("always set")
     }
 
     /// The current loss scale.
@@ -93,40 +97,37 @@ impl<O> LossScaled<O> {
         self.precision.loss_scale()
     }
 
-    /// A shared view of the loss scale that follows this optimizer's updates (1 without loss
-    /// scaling).
+    /// A shared view of the loss scale and overflows that follows this optimizer's updates,
+    /// for code that computes its gradients without holding it.
     pub fn loss_scale_handle(&self) -> LossScaleHandle {
-        self.precision.loss_scale_handle()
+        self.precision.handle().clone()
     }
 
     /// `loss * scale`, in f32: call `backward` on this.
     pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        self.precision.scale_loss(loss)
+        self.precision.handle().scale_loss(loss)
     }
 
-    /// One step with gradients of the scaled loss, reporting what happened.
+    /// One step with gradients of the scaled loss, reporting what happened. An error, with the
+    /// module handed back unchanged, when the gradients belong to another module or no loss was
+    /// scaled since the last step; also when `max_overflows_at_min` is reached.
     pub fn try_step<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-    ) -> Result<(M, ScaledStepReport), SamError>
+    ) -> Result<(M, ScaledStepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
-        let scaled_norm = params::grad_norm(&module, &grads)?;
-        let grad_norm = scaled_norm / f64::from(loss_scale);
-        let applied = grad_norm.is_finite();
-        let module = if applied {
-            self.precision.step(&mut self.base, lr, module, grads)
-        } else {
-            log::warn!("gradient overflow at loss scale {loss_scale}: skipping the update");
-            module
-        };
-        self.precision.update(!applied)?;
+        let grad_norm = or_hand_back!(self.precision.grad_norm(&module, &grads, None), module);
+        let (module, applied) =
+            self.precision
+                .step_if_finite(&mut self.base, lr, module, grads, grad_norm);
+        or_hand_back!(self.precision.update(!applied), module);
         let report = ScaledStepReport {
             applied,
             grad_norm,
@@ -154,7 +155,7 @@ where
     }
 
     fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
-        let grads = params::merge_devices(&module, grads);
+        let grads = merge_devices(&module, grads);
         self.step(lr, module, grads)
     }
 

@@ -1,37 +1,32 @@
 //! The base step under mixed precision: unscale the gradients into f32 and step f16/bf16
-//! parameters through f32 master weights (Micikevicius et al., "Mixed Precision Training").
+//! parameters through f32 master weights (Micikevicius et al., "Mixed Precision Training"),
+//! only ever with finite gradients.
 
-use std::any::Any;
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use burn::module::{AutodiffModule, Module, ModuleMapper, Param, ParamId};
+use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
+use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 
-use burn::record::Record;
-use burn::tensor::backend::Backend;
+use crate::diagnostics::read_back;
+use crate::error::or_hand_back;
+use crate::float::tracked;
+use crate::norm::unscaled_norm;
+use crate::param_map::ParamMap;
+use crate::{widen, LossScaleError, LossScaleHandle, LossScaler, LossScalerRecord, SamError};
+use crate::{ScaledStepReport, StepError};
 
-use crate::params::{read_back, widen};
-use crate::scaler::{LossScaleError, LossScaleHandle, LossScaler, LossScalerRecord};
-
-/// An f32 master copy, flattened: on the device, or as loaded from a record until its first
-/// use tells which device it belongs to.
-#[derive(Clone)]
-enum Master {
-    Device(Arc<dyn Any + Send + Sync>),
-    Host(Arc<Vec<f32>>),
-}
-
-/// The loss scaler and the master weights of the parameters narrower than f32, by id.
+/// The loss scaler, and the f32 master weights of the parameters narrower than f32 by id: on
+/// the device (`Tensor<B::InnerBackend, 1>`, flattened), or as loaded from a record
+/// (`Vec<f32>`) until their first step tells which device they belong to.
 #[derive(Clone)]
 pub(crate) struct MixedPrecision {
-    pub scaler: Option<LossScaler>,
-    /// Follows the scale as it changes, for code that cannot ask the optimizer.
-    published: LossScaleHandle,
-    enabled: bool,
-    copies: HashMap<ParamId, Master>,
+    scaler: Option<LossScaler>,
+    handle: LossScaleHandle,
+    master_weights: bool,
+    masters: ParamMap,
 }
 
 /// The mixed-precision state of an optimizer: the loss scaler's and the f32 master weights,
@@ -60,11 +55,15 @@ fn narrow(dtype: DType) -> bool {
 impl MixedPrecision {
     pub fn new(scaler: Option<LossScaler>, master_weights: bool) -> Self {
         Self {
-            published: LossScaleHandle::new(scaler.as_ref().map_or(1.0, LossScaler::scale)),
+            handle: LossScaleHandle::new(scaler.as_ref()),
             scaler,
-            enabled: master_weights,
-            copies: HashMap::new(),
+            master_weights,
+            masters: ParamMap::default(),
         }
+    }
+
+    pub fn scaler(&self) -> Option<&LossScaler> {
+        self.scaler.as_ref()
     }
 
     /// The scale of the loss, 1 without loss scaling.
@@ -72,43 +71,60 @@ impl MixedPrecision {
         self.scaler.as_ref().map_or(1.0, LossScaler::scale)
     }
 
-    /// `loss * scale` in f32; the loss unchanged without loss scaling.
-    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        match &self.scaler {
-            Some(scaler) => scaler.scale_loss(loss),
-            None => loss,
+    pub fn handle(&self) -> &LossScaleHandle {
+        &self.handle
+    }
+
+    /// The unscaled norm of `grads` (weighted by `|w| + eta` under ASAM): refused when loss
+    /// scaling is on and no loss was scaled since the last check.
+    pub fn grad_norm<M, B>(
+        &self,
+        module: &M,
+        grads: &GradientsParams,
+        eta: Option<f64>,
+    ) -> Result<f64, SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        if self.scaler.is_some() && !self.handle.take_loss_scaled() {
+            return Err(SamError::UnscaledLoss);
         }
+        unscaled_norm(module, grads, eta, self.loss_scale())
     }
 
     /// The one scale update of an optimizer step.
     pub fn update(&mut self, overflow: bool) -> Result<(), LossScaleError> {
-        let updated = self
-            .scaler
-            .as_mut()
-            .map_or(Ok(()), |scaler| scaler.update(overflow));
-        self.published.set(self.loss_scale());
+        let Some(scaler) = self.scaler.as_mut() else {
+            return Ok(());
+        };
+        let updated = scaler.update(overflow);
+        self.handle.publish(scaler);
         updated
     }
 
-    /// A view of the loss scale that follows every update and loaded record.
-    pub fn loss_scale_handle(&self) -> LossScaleHandle {
-        self.published.clone()
-    }
-
-    /// One base step: gradients divided by `loss_scale` in f32, parameters narrower than f32
-    /// stepped through their master copies, then cast back (ids and `require_grad` kept).
-    pub fn step<M, B, O>(
+    /// The guarded base step: with finite `grads` (their unscaled norm `grad_norm`), unscaled
+    /// in f32 and stepped through master weights; otherwise nothing changes. No scale update.
+    pub fn step_if_finite<M, B, O>(
         &mut self,
         base: &mut O,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-    ) -> M
+        grad_norm: f64,
+    ) -> (M, bool)
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
+        if !grad_norm.is_finite() {
+            log::warn!(
+                "gradient norm {grad_norm} at loss scale {}: skipping the update",
+                self.loss_scale()
+            );
+            return (module, false);
+        }
         let mut widen = Widen {
             grads,
             unscaled: GradientsParams::new(),
@@ -119,28 +135,27 @@ impl MixedPrecision {
         let module = module.map(&mut widen);
         let (grads, narrowed) = (widen.unscaled, widen.narrowed);
         let module = base.step(lr, module, grads);
-        module.map(&mut Narrow {
+        let module = module.map(&mut Narrow {
             narrowed,
-            masters: self,
-        })
+            masters: &mut self.masters,
+        });
+        (module, true)
     }
 
     pub fn to_record<B: AutodiffBackend>(&self) -> MixedPrecisionRecord {
-        let host = |master: &Master| match master {
-            Master::Device(tensor) => tensor
-                .downcast_ref::<Tensor<B::InnerBackend, 1>>()
-                .map(|tensor| read_back(tensor.clone()).iter::<f32>().collect()),
-            Master::Host(values) => Some(values.as_ref().clone()),
+        let host = |id: &ParamId| match self.masters.get::<Tensor<B::InnerBackend, 1>>(id) {
+            Some(tensor) => Some(read_back(tensor.clone()).iter::<f32>().collect()),
+            None => self.masters.get::<Vec<f32>>(id).cloned(),
         };
         MixedPrecisionRecord {
             loss_scaler: self.scaler.as_ref().map(LossScaler::to_record),
             master_weights: self
-                .copies
+                .masters
                 .iter()
-                .filter_map(|(id, master)| {
+                .filter_map(|id| {
                     Some(MasterWeightRecord {
                         id: id.serialize(),
-                        values: host(master)?,
+                        values: host(id)?,
                     })
                 })
                 .collect(),
@@ -150,17 +165,60 @@ impl MixedPrecision {
     pub fn load_record(&mut self, record: MixedPrecisionRecord) {
         if let Some(state) = record.loss_scaler {
             self.scaler = self.scaler.take().map(|scaler| scaler.load_record(state));
-            self.published.set(self.loss_scale());
         }
-        self.copies = record
-            .master_weights
-            .into_iter()
-            .map(|master| {
-                let id = ParamId::deserialize(&master.id);
-                (id, Master::Host(Arc::new(master.values)))
-            })
-            .collect();
+        if let Some(scaler) = &self.scaler {
+            self.handle.publish(scaler);
+        }
+        self.masters = ParamMap::default();
+        for master in record.master_weights {
+            self.masters
+                .insert(ParamId::deserialize(&master.id), master.values);
+        }
     }
+}
+
+/// [`MixedPrecision::step_if_finite`] for a plain optimizer: no loss scale, no master
+/// weights; the gradients are cast to each parameter's float type.
+///
+/// This is the check [`Sam`](crate::Sam) and [`LossScaled`](crate::LossScaled) make before
+/// every update, for any Burn optimizer: one device read (the global gradient norm), and
+/// weights and optimizer state untouched when a gradient is not finite.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::{GradientsParams, SgdConfig};
+/// use burn::tensor::Tensor;
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+/// let mut sgd = SgdConfig::new().init();
+/// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
+/// let grads = GradientsParams::from_grads(loss.backward(), &model);
+/// let (model, report) = burn_sam::guarded_step(&mut sgd, 0.1, model, grads).unwrap();
+/// assert!(report.applied);
+/// ```
+pub fn guarded_step<M, B, O>(
+    base: &mut O,
+    lr: LearningRate,
+    module: M,
+    grads: GradientsParams,
+) -> Result<(M, ScaledStepReport), StepError<M>>
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+    O: Optimizer<M, B>,
+{
+    let mut plain = MixedPrecision::new(None, false);
+    let grad_norm = or_hand_back!(plain.grad_norm(&module, &grads, None), module);
+    let (module, applied) = plain.step_if_finite(base, lr, module, grads, grad_norm);
+    let report = ScaledStepReport {
+        applied,
+        grad_norm,
+        loss_scale: 1.0,
+    };
+    Ok((module, report))
 }
 
 /// Swaps narrow parameters for their f32 masters and unscales every gradient.
@@ -183,32 +241,12 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Widen<'_> {
         if self.inverse_scale != 1.0 {
             grad = grad.mul_scalar(self.inverse_scale);
         }
-        let tensor = if self.masters.enabled && narrow(dtype) {
+        let tensor = if self.masters.master_weights && narrow(dtype) {
             let require_grad = tensor.is_require_grad();
             let weight = tensor.inner();
-            let shape = weight.shape();
-            let master = match self.masters.copies.remove(&id) {
-                Some(Master::Device(master)) => master
-                    .downcast::<Tensor<B::InnerBackend, 1>>()
-                    .ok()
-                    .map(Arc::unwrap_or_clone),
-                Some(Master::Host(values)) => Some(Tensor::from_data(
-                    TensorData::new(values.as_ref().clone(), [values.len()]),
-                    (&weight.device(), DType::F32),
-                )),
-                None => None,
-            };
-            let master = match master {
-                Some(master) if master.dims()[0] == shape.num_elements() => master.reshape(shape),
-                _ => weight.cast(FloatDType::F32),
-            };
+            let master = self.masters.master::<B, D>(id, weight);
             self.narrowed.insert(id, dtype);
-            let master = Tensor::from_inner(master);
-            if require_grad {
-                master.require_grad()
-            } else {
-                master
-            }
+            tracked(Tensor::from_inner(master), require_grad)
         } else {
             grad = grad.cast(dtype);
             tensor
@@ -218,10 +256,34 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Widen<'_> {
     }
 }
 
+impl MixedPrecision {
+    /// The f32 master copy of `weight`: the kept one (moved to the device when it came from a
+    /// record), or `weight` widened the first time.
+    fn master<B: AutodiffBackend, const D: usize>(
+        &mut self,
+        id: ParamId,
+        weight: Tensor<B::InnerBackend, D>,
+    ) -> Tensor<B::InnerBackend, D> {
+        let shape = weight.shape();
+        let kept = self
+            .masters
+            .take::<Tensor<B::InnerBackend, 1>>(&id)
+            .or_else(|| {
+                let values = self.masters.take::<Vec<f32>>(&id)?;
+                let data = TensorData::new(values, [shape.num_elements()]);
+                Some(Tensor::from_data(data, (&weight.device(), DType::F32)))
+            });
+        match kept {
+            Some(master) if master.dims()[0] == shape.num_elements() => master.reshape(shape),
+            _ => weight.cast(FloatDType::F32),
+        }
+    }
+}
+
 /// Keeps the stepped f32 values as masters and writes their narrow cast into the module.
 struct Narrow<'a> {
     narrowed: HashMap<ParamId, DType>,
-    masters: &'a mut MixedPrecision,
+    masters: &'a mut ParamMap,
 }
 
 impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
@@ -233,54 +295,8 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
         let require_grad = tensor.is_require_grad();
         let master = tensor.inner();
         let n = master.shape().num_elements();
-        let narrowed = Tensor::from_inner(master.clone().cast(dtype));
-        self.masters
-            .copies
-            .insert(id, Master::Device(Arc::new(master.reshape([n]))));
-        let narrowed = if require_grad {
-            narrowed.require_grad()
-        } else {
-            narrowed
-        };
+        let narrowed = tracked(Tensor::from_inner(master.clone().cast(dtype)), require_grad);
+        self.masters.insert(id, master.reshape([n]));
         Param::from_mapped_value(id, narrowed, mapper)
     }
-}
-
-/// Casts every float tensor of `module` to `dtype`, keeping parameter ids and
-/// `require_grad` flags: how to train in f16 on a device whose default float type is f32.
-///
-/// Float running states (BatchNorm's statistics) are cast too. Burn shares them between
-/// clones of a module and maps them in place, so cast an independent copy
-/// (`M::from_inner(model.valid())`) rather than a clone if you keep using the original.
-///
-/// Prefer this over an f16 default float type when you save and resume optimizers with
-/// state (Adam's moments): Burn loads every float tensor of a record in the device's
-/// default float type, so an f16 default would load the f32 optimizer state that master
-/// weights need as f16.
-///
-/// ```
-/// use burn::backend::{Autodiff, Flex};
-/// use burn::nn::{Linear, LinearConfig};
-/// use burn::tensor::{DType, FloatDType};
-///
-/// let model: Linear<Autodiff<Flex>> = LinearConfig::new(3, 1).init(&Default::default());
-/// let model = burn_sam::cast_params(model, FloatDType::F16);
-/// assert_eq!(model.weight.val().dtype(), DType::F16);
-/// ```
-pub fn cast_params<B: Backend, M: Module<B>>(module: M, dtype: FloatDType) -> M {
-    struct Cast(FloatDType);
-    impl<B: Backend> ModuleMapper<B> for Cast {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-            let (id, tensor, mapper) = param.consume();
-            let require_grad = tensor.is_require_grad();
-            let cast = tensor.cast(self.0).detach();
-            let cast = if require_grad {
-                cast.require_grad()
-            } else {
-                cast
-            };
-            Param::from_mapped_value(id, cast, mapper)
-        }
-    }
-    module.map(&mut Cast(dtype))
 }

@@ -5,9 +5,12 @@ use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
-use crate::params::{self, Perturb, Restore, Snapshot};
+use crate::error::or_hand_back;
+use crate::merge::merge_devices;
+use crate::param_map::ParamMap;
+use crate::perturb::{snapshot_covers, sync_running_states, Perturb, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
-use crate::{LossScaleHandle, LossScaler, SamConfig, SamError};
+use crate::{LossScaleHandle, LossScaler, SamConfig, SamError, StepError};
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`.
 ///
@@ -15,12 +18,18 @@ use crate::{LossScaleHandle, LossScaler, SamConfig, SamError};
 /// the descent puts `w` back and lets `O` step it with the gradient taken at `w + e(w)`.
 ///
 /// Three ways to drive it:
-/// - as an [`Optimizer`]: call `step` twice per batch, each time after a forward and backward
-///   pass. The first call is the ascent (it returns the perturbed module), the second the
-///   descent. Any loop written for Burn's optimizers gets exact SAM by running its
-///   forward/backward/`step` twice on the same batch.
-/// - [`Sam::ascend`] and [`Sam::descend`]: the same two phases, with errors as values.
 /// - [`Sam::step_with`]: one call that runs both passes with a loss closure.
+/// - [`Sam::ascend`] and [`Sam::descend`]: the two phases, for loops that compute gradients
+///   themselves. Errors are values that hand the module back ([`StepError`]).
+/// - as an [`Optimizer`], for generic code: `step` twice per batch, each time after a forward
+///   and backward pass on the same batch. The first call is the ascent (it returns the
+///   perturbed module), the second the descent. Burn's default `Learner` strategy steps once
+///   per batch and so cannot run SAM: use `burn_sam_accum::train::SamTraining` there. The
+///   first `step` outside such a strategy prints a one-time warning saying so.
+///
+/// With loss scaling on, every phase needs the gradients of a loss scaled by this optimizer
+/// ([`Sam::scale_loss`], or the [`LossScaleHandle`]'s): a phase whose loss nobody scaled is
+/// refused with [`SamError::UnscaledLoss`].
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
@@ -52,7 +61,7 @@ pub struct Sam<O> {
 /// What the ascent leaves for the descent.
 #[derive(Clone)]
 struct Pending {
-    snapshot: Snapshot,
+    snapshot: ParamMap,
     grad_norm: f64,
     /// False when the ascent overflowed: it then made this step's one loss-scale update.
     perturbed: bool,
@@ -138,7 +147,7 @@ impl<O> Sam<O> {
 
     /// The loss scaler, when loss scaling is on.
     pub fn loss_scaler(&self) -> Option<&LossScaler> {
-        self.precision.scaler.as_ref()
+        self.precision.scaler()
     }
 
     /// The current loss scale, 1 without loss scaling.
@@ -146,16 +155,16 @@ impl<O> Sam<O> {
         self.precision.loss_scale()
     }
 
-    /// A shared view of the loss scale that follows this optimizer's updates (1 without loss
-    /// scaling).
+    /// A shared view of the loss scale and overflows that follows this optimizer's updates,
+    /// for code that computes its gradients without holding it.
     pub fn loss_scale_handle(&self) -> LossScaleHandle {
-        self.precision.loss_scale_handle()
+        self.precision.handle().clone()
     }
 
     /// `loss * scale` in f32, to call `backward` on when driving the phases yourself; the loss
     /// unchanged without loss scaling. [`Sam::step_with`] does this for you.
     pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        self.precision.scale_loss(loss)
+        self.precision.handle().scale_loss(loss)
     }
 
     /// The configuration.
@@ -190,34 +199,36 @@ impl<O> Sam<O> {
     /// loss scale backs off (this step's one update) and the step becomes a plain base step
     /// with the descent gradient, taken at `w` with the reduced scale. A warning is logged;
     /// nothing non-finite is written.
-    pub fn ascend<M, B>(&mut self, module: M, grads: GradientsParams) -> Result<M, SamError>
+    pub fn ascend<M, B>(&mut self, module: M, grads: GradientsParams) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
         if self.pending.is_some() {
-            return Err(SamError::AscentPending);
+            return Err(StepError::new(module, SamError::AscentPending));
         }
-        let loss_scale = f64::from(self.loss_scale());
-        let scaled_norm = params::weighted_grad_norm(&module, &grads, self.eta())?;
-        let grad_norm = scaled_norm / loss_scale;
+        let grad_norm = or_hand_back!(
+            self.precision.grad_norm(&module, &grads, self.eta()),
+            module
+        );
         let perturbed = grad_norm.is_finite();
         if !perturbed {
             log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
-            self.precision.update(true)?;
+            or_hand_back!(self.precision.update(true), module);
         }
         // e = rho * a^2 * g / (||a g|| + eps), with g = scaled gradient / loss_scale.
         let scale = if perturbed {
+            let loss_scale = f64::from(self.loss_scale());
             self.config.rho / (loss_scale * (grad_norm + self.config.eps))
         } else {
             0.0
         };
-        params::sync_running_states(&module);
+        sync_running_states(&module);
         let mut perturb = Perturb {
             grads,
             eta: self.eta(),
             scale,
-            snapshot: Snapshot::new(),
+            snapshot: ParamMap::default(),
         };
         let module = module.map(&mut perturb);
         self.pending = Some(Pending {
@@ -242,32 +253,30 @@ impl<O> Sam<O> {
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-    ) -> Result<(M, StepReport), SamError>
+    ) -> Result<(M, StepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        self.check_pending(&module)?;
+        or_hand_back!(self.check_pending(&module), module);
         let loss_scale = self.loss_scale();
-        let scaled_norm = params::grad_norm(&module, &grads)?;
-        let descent_grad_norm = scaled_norm / f64::from(loss_scale);
+        let descent = self.precision.grad_norm(&module, &grads, None);
         let (module, pending) = self.put_back(module);
-        let outcome = if !descent_grad_norm.is_finite() {
-            StepOutcome::UpdateSkipped
-        } else if !pending.perturbed {
-            StepOutcome::AscentSkipped
-        } else {
-            StepOutcome::Applied
+        // Refused gradients end the step unfinished: the weights go back to `w`.
+        let descent_grad_norm = or_hand_back!(descent, module);
+        let (module, applied) =
+            self.precision
+                .step_if_finite(&mut self.base, lr, module, grads, descent_grad_norm);
+        let outcome = match (applied, pending.perturbed) {
+            (false, _) => StepOutcome::UpdateSkipped,
+            (true, false) => StepOutcome::AscentSkipped,
+            (true, true) => StepOutcome::Applied,
         };
-        let module = match outcome {
-            StepOutcome::UpdateSkipped => {
-                log::warn!("SAM descent gradient norm is {descent_grad_norm}: skipping the update");
-                module
-            }
-            _ => self.precision.step(&mut self.base, lr, module, grads),
-        };
-        let report = self.finish(&pending, outcome, descent_grad_norm, loss_scale)?;
+        let report = or_hand_back!(
+            self.finish(&pending, outcome, descent_grad_norm, loss_scale),
+            module
+        );
         Ok((module, report))
     }
 
@@ -275,27 +284,30 @@ impl<O> Sam<O> {
     /// leaves the base optimizer untouched, backs the loss scale off (unless the overflowed
     /// ascent already did) and counts the step as `UpdateSkipped`. For a fault found between
     /// the passes, such as an overflow in one micro-batch of an accumulated window.
-    pub fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), SamError>
+    pub fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
-        self.check_pending(&module)?;
+        or_hand_back!(self.check_pending(&module), module);
         let loss_scale = self.loss_scale();
         let (module, pending) = self.put_back(module);
-        let report = self.finish(&pending, StepOutcome::UpdateSkipped, f64::NAN, loss_scale)?;
+        let report = or_hand_back!(
+            self.finish(&pending, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
+            module
+        );
         Ok((module, report))
     }
 
     /// Ends the pending ascent without a step: puts the weights kept by [`Sam::ascend`] back
     /// and changes nothing else (no counter, no loss-scale update). m-sharpness uses it to
     /// perturb each micro-batch on its own and step once for all of them.
-    pub fn restore<M, B>(&mut self, module: M) -> Result<M, SamError>
+    pub fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
-        self.check_pending(&module)?;
+        or_hand_back!(self.check_pending(&module), module);
         Ok(self.put_back(module).0)
     }
 
@@ -315,7 +327,7 @@ impl<O> Sam<O> {
         let Some(pending) = self.pending.as_ref() else {
             return Err(SamError::DescentWithoutAscent);
         };
-        if !params::snapshot_covers(module, &pending.snapshot) {
+        if !snapshot_covers(module, &pending.snapshot) {
             return Err(SamError::ForeignModule);
         }
         Ok(())
@@ -328,7 +340,7 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
     {
         let mut pending = self.pending.take().expect("checked by check_pending");
-        params::sync_running_states(&module);
+        sync_running_states(&module);
         let module = module.map(&mut Restore {
             snapshot: core::mem::take(&mut pending.snapshot),
         });
@@ -343,13 +355,13 @@ impl<O> Sam<O> {
         descent_grad_norm: f64,
         loss_scale: f32,
     ) -> Result<StepReport, SamError> {
+        self.stats.steps += 1;
+        self.stats.ascents_skipped += u64::from(!pending.perturbed);
+        self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
         if pending.perturbed {
             self.precision
                 .update(outcome == StepOutcome::UpdateSkipped)?;
         }
-        self.stats.steps += 1;
-        self.stats.ascents_skipped += u64::from(!pending.perturbed);
-        self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
         let report = StepReport {
             outcome,
             ascent_grad_norm: pending.grad_norm,
@@ -369,7 +381,7 @@ impl<O> Sam<O> {
         lr: LearningRate,
         module: M,
         mut loss: F,
-    ) -> Result<SamStep<M, B>, SamError>
+    ) -> Result<SamStep<M, B>, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
@@ -408,10 +420,15 @@ impl<O> core::fmt::Debug for Sam<O> {
 /// `step` alternates between [`Sam::ascend`] and [`Sam::descend`], so a loop that runs
 /// forward, backward and `step` twice per batch gets SAM.
 ///
+/// The first call outside a training strategy that announces its steps
+/// ([`LossScaleHandle::announce_strategy_step`]) prints a one-time warning: Burn's default
+/// `Learner` strategy calls `step` once per batch, which is not SAM.
+///
 /// # Panics
 /// On misuse that would otherwise train silently wrong, with the [`SamError`] message: the
-/// gradients or the module of the second call do not belong to the module of the first. Also
-/// when the loss scaler's `max_overflows_at_min` hard stop is reached.
+/// gradients or the module of the second call do not belong to the module of the first, or
+/// loss scaling is on and no loss was scaled. Also when the loss scaler's
+/// `max_overflows_at_min` hard stop is reached.
 impl<M, B, O> Optimizer<M, B> for Sam<O>
 where
     M: AutodiffModule<B>,
@@ -421,6 +438,9 @@ where
     type Record = (O::Record, SamRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        if !self.precision.handle().take_strategy_step() {
+            warn_outside_strategy();
+        }
         let stepped = if self.pending.is_none() {
             self.ascend(module, grads)
         } else {
@@ -430,7 +450,7 @@ where
     }
 
     fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
-        let grads = params::merge_devices(&module, grads);
+        let grads = merge_devices(&module, grads);
         self.step(lr, module, grads)
     }
 
@@ -451,4 +471,20 @@ where
         self.pending = None;
         self
     }
+}
+
+/// Once per process: `Sam` stepped through `Optimizer::step` by code that may not run both
+/// passes on the same batch. Printed to stderr as well as logged, because Burn's `Learner`
+/// sends log records to a file nobody reads while its training silently goes wrong.
+fn warn_outside_strategy() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        let message = "burn-sam: `Sam` is being stepped through `Optimizer::step`. That is SAM \
+            only when every two calls follow a forward and backward pass on the same batch; \
+            Burn's default `Learner` strategy moves to the next batch between them and trains \
+            silently wrong. In a `Learner`, use `burn_sam_accum::train::SamTraining`; in your \
+            own loop, `Sam::step_with` or `Sam::ascend`/`Sam::descend` (which do not warn).";
+        log::warn!("{message}");
+        eprintln!("warning: {message}");
+    });
 }

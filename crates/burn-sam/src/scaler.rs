@@ -1,9 +1,12 @@
+//! Dynamic loss scaling: PyTorch `GradScaler`'s update rule, with DeepSpeed's hysteresis and
+//! optional bounds.
+
 use burn::config::Config;
 use burn::record::Record;
 use burn::tensor::backend::Backend;
-use burn::tensor::{FloatDType, Tensor};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use burn::tensor::Tensor;
+
+use crate::{widen, ConfigError, LossScaleError};
 
 /// Configuration of a dynamic [`LossScaler`]. The defaults are PyTorch `GradScaler`'s.
 ///
@@ -63,29 +66,6 @@ pub struct LossScalerRecord {
     pub overflows: u64,
 }
 
-/// The scale can no longer shrink and every step overflows: training cannot make progress.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LossScaleError {
-    /// The scale, at its minimum.
-    pub scale: f32,
-    /// Overflows in a row at that scale.
-    pub overflows: u64,
-}
-
-impl core::fmt::Display for LossScaleError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "loss scale stuck at its minimum {} with {} overflows in a row: the gradients are \
-             not finite even unscaled (a NaN in the model or the data, or a diverged run); \
-             stopping as `max_overflows_at_min` asks",
-            self.scale, self.overflows
-        )
-    }
-}
-
-impl std::error::Error for LossScaleError {}
-
 /// Dynamic loss scaling: multiply the loss by [`LossScaler::scale`] before the backward pass,
 /// so that small f16 gradients do not flush to zero; divide the gradients by it before use;
 /// skip steps whose gradients overflow and shrink the scale, grow it after a run of clean steps.
@@ -103,12 +83,13 @@ impl LossScalerConfig {
     ///
     /// # Panics
     /// When the configuration is invalid, with the message of [`LossScalerConfig::validate`].
+    #[track_caller]
     pub fn init(&self) -> LossScaler {
         self.try_init().unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// Builds the scaler, or says which field is invalid.
-    pub fn try_init(&self) -> Result<LossScaler, crate::SamError> {
+    pub fn try_init(&self) -> Result<LossScaler, ConfigError> {
         self.validate()?;
         Ok(LossScaler {
             config: self.clone(),
@@ -123,8 +104,10 @@ impl LossScalerConfig {
     }
 
     /// Checks every field against its allowed range.
-    pub fn validate(&self) -> Result<(), crate::SamError> {
-        use crate::config::check;
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |field, value, allowed, ok| {
+            ConfigError::check("LossScalerConfig", field, value, allowed, ok)
+        };
         let positive = |x: f64| x.is_finite() && x > 0.0;
         check(
             "init_scale",
@@ -185,9 +168,10 @@ impl LossScaler {
         self.state.overflows
     }
 
-    /// `loss * scale`, computed in f32 whatever the loss's dtype (2^16 is infinite in f16).
+    /// `loss * scale`, computed in f32 (f64 stays f64) whatever the loss's dtype (2^16 is
+    /// infinite in f16).
     pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        loss.cast(FloatDType::F32).mul_scalar(self.state.scale)
+        widen(loss).mul_scalar(self.state.scale)
     }
 
     /// Records one optimizer step: `overflow` when any gradient was not finite.
@@ -255,45 +239,5 @@ impl LossScaler {
     pub fn load_record(mut self, record: LossScalerRecord) -> Self {
         self.state = record;
         self
-    }
-}
-
-/// A shared, read-only view of an optimizer's current loss scale, for code that computes
-/// gradients without access to the optimizer, such as a training strategy that only reaches
-/// it through Burn's `Learner`. It follows every scale update and loaded record of the
-/// optimizer it came from and of that optimizer's clones.
-///
-/// ```
-/// use burn::backend::{Autodiff, Flex};
-/// use burn::nn::Linear;
-/// use burn::optim::SgdConfig;
-/// use burn_sam::{LossScalerConfig, SamConfig};
-///
-/// let sgd = SgdConfig::new().init::<Autodiff<Flex>, Linear<Autodiff<Flex>>>();
-/// let sam = SamConfig::new()
-///     .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(1024.0)))
-///     .init(sgd);
-/// assert_eq!(sam.loss_scale_handle().get(), 1024.0);
-/// ```
-#[derive(Clone, Debug)]
-pub struct LossScaleHandle(Arc<AtomicU32>);
-
-impl LossScaleHandle {
-    pub(crate) fn new(scale: f32) -> Self {
-        Self(Arc::new(AtomicU32::new(scale.to_bits())))
-    }
-
-    /// A handle that always reads 1, for optimizers without loss scaling.
-    pub fn unscaled() -> Self {
-        Self::new(1.0)
-    }
-
-    /// The current loss scale.
-    pub fn get(&self) -> f32 {
-        f32::from_bits(self.0.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn set(&self, scale: f32) {
-        self.0.store(scale.to_bits(), Ordering::Relaxed);
     }
 }

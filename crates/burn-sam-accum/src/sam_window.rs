@@ -1,0 +1,99 @@
+//! SAM's two ways of stepping from a window: one perturbation for the whole window, or one
+//! per micro-batch (m-sharpness). Every error puts the unperturbed weights back.
+
+use burn::module::AutodiffModule;
+use burn::optim::{LearningRate, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+use burn_sam::{Sam, StepError, StepReport};
+
+use crate::error::or_hand_back;
+use crate::grad_sum::GradSum;
+use crate::{AccumError, Window};
+
+type WindowResult<M> = Result<(M, StepReport), StepError<M, AccumError>>;
+
+/// SAM on the large batch: the ascent with the window's gradient at `w`, the descent with the
+/// window's gradient at `w + e`.
+pub(crate) fn exact<O, M, B, T>(
+    sam: &mut Sam<O>,
+    lr: LearningRate,
+    module: M,
+    window: &mut Window<'_, M, T, B>,
+) -> WindowResult<M>
+where
+    O: Optimizer<M, B>,
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    let scale = sam.loss_scale_handle();
+    let grads = or_hand_back!(window.gradient(&module, &scale), module);
+    let perturbed = sam.ascend(module, grads).map_err(widen_error)?;
+    if ascent_overflowed(sam) {
+        return sam.skip(perturbed).map_err(widen_error);
+    }
+    match window.gradient(&perturbed, &scale) {
+        Ok(grads) => sam.descend(lr, perturbed, grads).map_err(widen_error),
+        Err(error) => Err(abandon(sam, perturbed, error)),
+    }
+}
+
+/// m-sharpness: micro-batch `i` is perturbed by its own gradient and contributes
+/// `w_i * grad L_i(w + e_i)`; the last descent steps with the sum.
+pub(crate) fn per_micro_batch<O, M, B, T>(
+    sam: &mut Sam<O>,
+    lr: LearningRate,
+    mut module: M,
+    window: &mut Window<'_, M, T, B>,
+) -> WindowResult<M>
+where
+    O: Optimizer<M, B>,
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    let scale = sam.loss_scale_handle();
+    let mut descent = GradSum::default();
+    let last = window.len() - 1;
+    let mut index = 0;
+    loop {
+        // The perturbation divides by the norm: the ascent gradient needs no weight.
+        let grads = or_hand_back!(window.micro_gradient(index, &module, &scale, 1.0), module);
+        let perturbed = sam.ascend(module, grads).map_err(widen_error)?;
+        if ascent_overflowed(sam) {
+            return sam.skip(perturbed).map_err(widen_error);
+        }
+        let weight = window.weight(index);
+        let added = window
+            .micro_gradient(index, &perturbed, &scale, weight)
+            .and_then(|grads| Ok(descent.add(&perturbed, grads, 1.0)?));
+        if let Err(error) = added {
+            return Err(abandon(sam, perturbed, error));
+        }
+        if index == last {
+            return sam
+                .descend(lr, perturbed, descent.into_grads())
+                .map_err(widen_error);
+        }
+        module = sam.restore(perturbed).map_err(widen_error)?;
+        index += 1;
+    }
+}
+
+fn ascent_overflowed<O>(sam: &Sam<O>) -> bool {
+    sam.pending_ascent().is_some_and(|ascent| !ascent.perturbed)
+}
+
+/// Ends a step that failed between its passes: the weights go back to `w`.
+fn abandon<O, M, B>(sam: &mut Sam<O>, perturbed: M, error: AccumError) -> StepError<M, AccumError>
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    let module = sam
+        .restore(perturbed)
+        .unwrap_or_else(|failed| failed.module);
+    StepError { module, error }
+}
+
+fn widen_error<M>(error: StepError<M>) -> StepError<M, AccumError> {
+    error.map_error(AccumError::Optimizer)
+}
