@@ -1,9 +1,16 @@
-//! Models shared by burn-sam's conformance suite, examples and benchmarks.
+//! Models, data and helpers shared by burn-sam's conformance suite, examples and benchmarks.
 
 pub mod bench;
 mod classifier;
+pub mod digits;
+mod quiet;
+mod record;
+mod rng;
 
 pub use classifier::{ClassBatch, ClassBatcher, Classifier, Example};
+pub use quiet::Quiet;
+pub use record::{load_record, record_bytes};
+pub use rng::Rng;
 
 use burn::config::Config;
 use burn::module::Module;

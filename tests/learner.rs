@@ -22,12 +22,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
-use burn::train::metric::MetricDefinition;
 use burn::train::metric::{AccuracyMetric, LossMetric};
-use burn::train::renderer::{
-    EvaluationName, EvaluationProgress, MetricState, MetricsRenderer, MetricsRendererEvaluation,
-    MetricsRendererTraining, ProgressType, TrainingProgress,
-};
 use burn::train::{
     ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
     TrainOutput, TrainStep,
@@ -35,7 +30,7 @@ use burn::train::{
 use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::WindowOptimizer;
-use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig};
+use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet, Rng};
 
 type B = Autodiff<Flex>;
 type Model = Classifier<B>;
@@ -45,13 +40,8 @@ const CLASSES: usize = 3;
 
 /// Three overlapping Gaussian-ish blobs, deterministic.
 fn blobs(count: usize, seed: u64) -> Vec<Example> {
-    let mut state = seed;
-    let mut uniform = move || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((state >> 11) as f64 / (1u64 << 53) as f64) as f32
-    };
+    let mut rng = Rng::new(seed);
+    let mut uniform = move || rng.uniform() as f32;
     (0..count)
         .map(|i| {
             let label = i % CLASSES;
@@ -128,26 +118,6 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
-}
-
-/// A renderer that shows nothing: tests run many trainings.
-struct Quiet;
-
-impl MetricsRendererTraining for Quiet {
-    fn update_train(&mut self, _state: MetricState) {}
-    fn update_valid(&mut self, _state: MetricState) {}
-    fn render_train(&mut self, _item: TrainingProgress, _progress: Vec<ProgressType>) {}
-    fn render_valid(&mut self, _item: TrainingProgress, _progress: Vec<ProgressType>) {}
-}
-
-impl MetricsRendererEvaluation for Quiet {
-    fn update_test(&mut self, _name: EvaluationName, _state: MetricState) {}
-    fn render_test(&mut self, _item: EvaluationProgress, _progress: Vec<ProgressType>) {}
-}
-
-impl MetricsRenderer for Quiet {
-    fn manual_close(&mut self) {}
-    fn register_metric(&mut self, _definition: MetricDefinition) {}
 }
 
 /// A fresh, empty directory for one training's artifacts.

@@ -3,8 +3,8 @@
 #![cfg(feature = "flex")]
 
 use burn::backend::Flex;
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_sam::{LossScaler, LossScalerConfig, LossScalerRecord};
+use burn_sam_suite::{load_record, record_bytes};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -144,10 +144,8 @@ fn record_round_trip_resumes_exactly() {
     for flag in &flags[..5] {
         first.update(*flag).unwrap();
     }
-    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let bytes = Recorder::<Flex>::record(&recorder, first.to_record(), ()).unwrap();
     let record: LossScalerRecord =
-        Recorder::<Flex>::load(&recorder, bytes, &Default::default()).unwrap();
+        load_record::<Flex, _>(record_bytes::<Flex, _>(first.to_record()));
     let mut resumed: LossScaler = config.init().load_record(record);
     for flag in &flags[5..] {
         resumed.update(*flag).unwrap();

@@ -9,7 +9,6 @@
 
 #[path = "../learner-digits/main.rs"]
 #[allow(dead_code)] // its `main`
-#[allow(clippy::duplicate_mod)] // both examples load `noisy-digits/data.rs`
 mod learner_digits;
 #[path = "../noisy-digits/main.rs"]
 #[allow(dead_code)] // its `main`

@@ -5,17 +5,11 @@
 //!
 //! `cargo run --release --example learner-digits -- --method sam --window 2`
 
-#[path = "../noisy-digits/data.rs"]
-mod data;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use burn::backend::Autodiff;
-use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::DataLoader;
-use burn::data::dataloader::DataLoaderBuilder;
-use burn::data::dataset::InMemDataset;
 use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
 use burn::lr_scheduler::LrScheduler;
 use burn::optim::momentum::MomentumConfig;
@@ -31,7 +25,8 @@ use burn_sam_accum::train::SamTraining;
 use burn_sam_suite::{ClassBatch, Classifier, MlpConfig};
 use clap::{Parser, ValueEnum};
 
-use data::{Digits, Rng, CLASSES, FEATURES};
+use burn_sam_suite::digits::{digits_loader, Digits, CLASSES, FEATURES};
+use burn_sam_suite::Rng;
 
 #[cfg(not(feature = "cuda"))]
 type B = Autodiff<burn::backend::Flex>;
@@ -115,30 +110,6 @@ where
     training.launch(learner).model
 }
 
-/// Batches digits by index.
-#[derive(Clone)]
-struct DigitsBatcher {
-    digits: Arc<Digits>,
-}
-
-impl<Bk: Backend> Batcher<Bk, usize, ClassBatch<Bk>> for DigitsBatcher {
-    fn batch(&self, indices: Vec<usize>, device: &Bk::Device) -> ClassBatch<Bk> {
-        let (inputs, targets) = self.digits.batch(&indices, FloatDType::F32, device);
-        ClassBatch { inputs, targets }
-    }
-}
-
-fn loader<Bk: Backend>(digits: Digits, args: &Args) -> Loader<Bk> {
-    let len = digits.len();
-    let batcher = DigitsBatcher {
-        digits: Arc::new(digits),
-    };
-    DataLoaderBuilder::new(batcher)
-        .batch_size(args.batch_size)
-        .shuffle(args.seed)
-        .build(InMemDataset::new((0..len).collect::<Vec<usize>>()))
-}
-
 fn check(args: &Args) -> Result<(), String> {
     let refuse = |flag: &str, value: String, allowed: &str| {
         Err(format!("--{flag} = {value}: allowed {allowed}"))
@@ -148,9 +119,6 @@ fn check(args: &Args) -> Result<(), String> {
     }
     if !(args.rho >= 0.0 && args.rho.is_finite()) {
         return refuse("rho", args.rho.to_string(), "a finite rho >= 0");
-    }
-    if args.window == 0 {
-        return refuse("window", "0".into(), "an integer >= 1");
     }
     if args.epochs == 0 || args.batch_size == 0 {
         return refuse("epochs/--batch-size", "0".into(), "integers >= 1");
@@ -197,8 +165,8 @@ pub fn run(args: &Args) -> Result<f64, String> {
         Dtype::F32 => model,
         Dtype::F16 => cast_params(model, FloatDType::F16),
     };
-    let train: Loader<B> = loader(train, args);
-    let valid: Loader<Inner> = loader(test.clone(), args);
+    let train: Loader<B> = digits_loader(train, args.batch_size, args.seed);
+    let valid: Loader<Inner> = digits_loader(test.clone(), args.batch_size, args.seed);
     let steps = args.epochs * train.num_items().div_ceil(args.batch_size * args.window);
     let scheduler = CosineAnnealingLrSchedulerConfig::new(args.lr, steps)
         .init()
@@ -224,9 +192,9 @@ pub fn run(args: &Args) -> Result<f64, String> {
                 .init(sgd);
             let strategy = SamTraining::new(device, &optim)
                 .with_accumulation(args.window)
-                .expect("checked above")
-                .with_items(ClassBatch::len);
-            let strategy = TrainingStrategy::Custom(Arc::new(strategy));
+                .map_err(|error| error.to_string())?
+                .with_items(ClassBatch::len)
+                .into_strategy();
             launch(
                 args,
                 train,

@@ -7,7 +7,6 @@
 //!
 //! `cargo run --release --example noisy-digits -- --help`
 
-mod data;
 mod plot;
 mod train;
 
@@ -20,8 +19,10 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::FloatDType;
 use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig};
 use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 
-use data::{Digits, Rng};
+use burn_sam_suite::digits::Digits;
+use burn_sam_suite::Rng;
 use train::{Run, Setup};
 
 #[cfg(not(feature = "cuda"))]
@@ -253,17 +254,26 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                 dtype,
                 seed,
             };
+            // A bar on a terminal; indicatif draws nothing when stderr is a file or a pipe,
+            // which then gets only the line printed per finished run.
+            let bar = ProgressBar::new(args.epochs as u64).with_style(
+                ProgressStyle::with_template("{prefix} [{bar:30}] epoch {pos}/{len} {msg}")
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+            );
+            let run_name = format!("{:>4} seed {seed}/{}", method.name(), args.seeds);
+            bar.set_prefix(run_name.clone());
             let progress = |epoch: usize, accuracy: f64| {
-                eprint!(
-                    "\r{:>4} seed {seed}/{}  epoch {epoch:>3}/{}  test accuracy {accuracy:.3}  ",
-                    method.name(),
-                    args.seeds,
-                    args.epochs
-                );
+                bar.set_position(epoch as u64);
+                bar.set_message(format!("test accuracy {accuracy:.3}"));
             };
             let result = train_method(args, method, &setup, progress);
+            bar.finish_and_clear();
             eprintln!(
-                "({:.0}% noisy labels, train accuracy on them {:.3}, {:.2} s/epoch)",
+                "{run_name}: test accuracy {:.3} after {} epochs ({:.0}% noisy labels, train \
+                 accuracy on them {:.3}, {:.2} s/epoch)",
+                result.test_accuracy.last().copied().unwrap_or(f64::NAN),
+                args.epochs,
                 noisy * 100.0,
                 result.train_accuracy,
                 result.epoch_seconds

@@ -9,7 +9,8 @@ use burn::tensor::{ElementConversion, FloatDType, Int, Tensor};
 use burn_sam_accum::{AccumulationConfig, MicroBatch, WindowOptimizer};
 use burn_sam_suite::{Mlp, MlpConfig};
 
-use super::data::{Digits, Rng, CLASSES, FEATURES};
+use burn_sam_suite::digits::{Digits, CLASSES, FEATURES};
+use burn_sam_suite::Rng;
 
 pub struct Setup<'a> {
     pub train: &'a Digits,

@@ -4,7 +4,7 @@
 use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
-use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Record, Recorder};
+use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
 use burn_sam::{
@@ -14,7 +14,7 @@ use burn_sam::{
 use burn_sam_accum::{
     AccumError, Accumulation, AccumulationConfig, MicroBatch, SamMode, Window, WindowOptimizer,
 };
-use burn_sam_suite::Mlp;
+use burn_sam_suite::{record_bytes, Mlp};
 
 use super::util::{float_dtype, grads, mse, problem, tensors};
 
@@ -420,13 +420,9 @@ where
     Base: IntoIterator<Item = (ParamId, R)>,
     R: Record<B>,
 {
-    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
     let mut state: Vec<_> = base
         .into_iter()
-        .map(|(id, record)| {
-            let bytes = Recorder::<B>::record(&recorder, record, ()).unwrap();
-            (id.serialize(), bytes)
-        })
+        .map(|(id, record)| (id.serialize(), record_bytes::<B, _>(record)))
         .collect();
     for master in own.master_weights {
         let bytes = master.values.iter().flat_map(|v| v.to_le_bytes()).collect();

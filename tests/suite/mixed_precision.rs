@@ -5,11 +5,10 @@ use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer, SgdConfig};
-use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
 use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, StepOutcome};
-use burn_sam_suite::Mlp;
+use burn_sam_suite::{load_record, record_bytes, Mlp, Rng};
 
 use super::util::{float_dtype, grads, mse, poison, problem, tensors};
 
@@ -81,15 +80,9 @@ type AdamSam<B> = Sam<OptimizerAdaptor<Adam, Mlp<B>, B>>;
 /// Adam's moments and the master weights, byte for byte, in a stable order.
 fn optimizer_state<B: AutodiffBackend>(sam: &AdamSam<B>) -> Vec<(String, Vec<u8>)> {
     let (base, own) = Optimizer::<Mlp<B>, B>::to_record(sam);
-    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
     let mut state: Vec<_> = base
         .into_iter()
-        .map(|(id, record)| {
-            (
-                id.serialize(),
-                Recorder::<B>::record(&recorder, record, ()).unwrap(),
-            )
-        })
+        .map(|(id, record)| (id.serialize(), record_bytes::<B, _>(record)))
         .collect();
     for master in own.mixed_precision.master_weights {
         let bytes = master.values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -97,19 +90,6 @@ fn optimizer_state<B: AutodiffBackend>(sam: &AdamSam<B>) -> Vec<(String, Vec<u8>
     }
     state.sort();
     state
-}
-
-/// A small deterministic generator for fault positions.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 pub fn faults_never_reach_the_weights<B: AutodiffBackend>() {
@@ -125,15 +105,15 @@ pub fn faults_never_reach_the_weights<B: AutodiffBackend>() {
         .with_loss_scaling(Some(scaler.clone()))
         .init(AdamConfig::new().init());
     let mut expected_scale = scaler.init();
-    let mut rng = Lcg(42);
+    let mut rng = Rng::new(42);
     let values = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
     let (mut ascent_faults, mut descent_faults, mut state_checks) = (0, 0, 0);
 
     for step in 0..1200 {
         let batch = &problem.batches[step % problem.batches.len()];
-        let fault_ascent = rng.next() < 0.05;
-        let fault_descent = rng.next() < 0.05;
-        let value = values[(rng.next() * 3.0) as usize];
+        let fault_ascent = rng.uniform() < 0.05;
+        let fault_descent = rng.uniform() < 0.05;
+        let value = values[(rng.uniform() * 3.0) as usize];
         let w = tensors(&model);
         let state = (fault_descent && state_checks < 25).then(|| optimizer_state(&sam));
 
@@ -270,14 +250,12 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
 
     let mut sam = config.init(SgdConfig::new().init());
     let model = run(&mut sam, problem.model.clone(), first);
-    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
     let record = Optimizer::<Mlp<B>, B>::to_record(&sam);
     assert!(
         !record.1.mixed_precision.master_weights.is_empty(),
         "f16 parameters have masters"
     );
-    let bytes = Recorder::<B>::record(&recorder, record, ()).unwrap();
-    let record = Recorder::<B>::load(&recorder, bytes, &Default::default()).unwrap();
+    let record = load_record::<B, _>(record_bytes::<B, _>(record));
     let mut resumed = config.init(SgdConfig::new().init());
     resumed = Optimizer::<Mlp<B>, B>::load_record(resumed, record);
     assert_eq!(resumed.loss_scale(), sam.loss_scale());
@@ -361,10 +339,8 @@ pub fn adam_resumes_exactly_with_cast_params<B: AutodiffBackend>() {
 
     let mut sam = config.init(AdamConfig::new().init());
     let model = run(&mut sam, model, first);
-    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
-    let bytes =
-        Recorder::<B>::record(&recorder, Optimizer::<Mlp<B>, B>::to_record(&sam), ()).unwrap();
-    let record = Recorder::<B>::load(&recorder, bytes, &Default::default()).unwrap();
+    let bytes = record_bytes::<B, _>(Optimizer::<Mlp<B>, B>::to_record(&sam));
+    let record = load_record::<B, _>(bytes);
     let mut resumed =
         Optimizer::<Mlp<B>, B>::load_record(config.init(AdamConfig::new().init()), record);
     let model = run(&mut resumed, model, second);

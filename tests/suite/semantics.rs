@@ -4,11 +4,10 @@ use burn::module::{AutodiffModule, Module};
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
-use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use burn_sam::SamConfig;
-use burn_sam_suite::Mlp;
+use burn_sam_suite::{load_record, record_bytes, Mlp};
 
 use super::util::{assert_close, batch_grads, mse, narrow_scalars, problem, tensors};
 
@@ -190,11 +189,10 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
 
     let mut optim = config.init(AdamConfig::new().init());
     let model = sam_steps(&mut optim, problem.model.clone(), first, lr);
-    let recorder = BinBytesRecorder::<DoublePrecisionSettings>::default();
-    let bytes = recorder.record(optim.to_record(), ()).unwrap();
+    let bytes = record_bytes::<B, _>(optim.to_record());
     drop(optim);
 
-    let record = recorder.load(bytes, &Default::default()).unwrap();
+    let record = load_record::<B, _>(bytes);
     let mut resumed = config.init(AdamConfig::new().init()).load_record(record);
     assert_eq!(
         resumed.stats().steps,

@@ -1,7 +1,8 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
-//! - `ci`: formatting, clippy and the docs with the GPU features, the README's tests, and the
-//!   Vulkan suite when Mesa's lavapipe is installed (`.ci/run` runs this).
+//! - `ci`: formatting, clippy and the docs with the GPU features, a publish dry run of the
+//!   crates, the README's tests, and the Vulkan suite when Mesa's lavapipe is installed
+//!   (`.ci/run` runs this).
 //! - `test-gpu`: the GPU check (`examples/gpu-check`) on this machine's CUDA GPU.
 //! - `gpu-bundle`: the GPU check as a folder to carry to a GPU host without Rust.
 //! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16.
@@ -64,7 +65,9 @@ fn ci() {
         ],
         &[],
     );
-    // The same features as clippy, so that the dependencies' metadata is reused.
+    // The same features as clippy, so that the dependencies' metadata is reused. The root
+    // package turns on the published crates' only feature (`train`), so they are documented as
+    // docs.rs builds them (`all-features`); the root's `tch` needs LibTorch and is left out.
     step(
         "doc",
         &[
@@ -75,6 +78,20 @@ fn ci() {
             GPU_FEATURES,
         ],
         &[("RUSTDOCFLAGS", "-D warnings".into())],
+    );
+    // Packages both crates and builds them from the packages, as crates.io would get them.
+    step(
+        "publish dry run",
+        &[
+            "publish",
+            "--dry-run",
+            "--allow-dirty",
+            "-p",
+            "burn-sam",
+            "-p",
+            "burn-sam-accum",
+        ],
+        &[],
     );
     step("README's tests", &["test", "--workspace"], &[]);
     if backends::lavapipe_installed() {

@@ -177,8 +177,8 @@ impl MixedPrecision {
     }
 }
 
-/// [`MixedPrecision::step_if_finite`] for a plain optimizer: no loss scale, no master
-/// weights; the gradients are cast to each parameter's float type.
+/// One step of any Burn optimizer, taken only with finite gradients: the gradients are cast
+/// to each parameter's float type, with no loss scale and no master weights.
 ///
 /// This is the check [`Sam`](crate::Sam) and [`LossScaled`](crate::LossScaled) make before
 /// every update, for any Burn optimizer: one device read (the global gradient norm), and

@@ -1,22 +1,34 @@
-//! The UCI digits: loading, the fixed train/test split, and symmetric label noise.
+//! The UCI optical digits (`examples/data/digits.csv.gz`): loading, the fixed train/test
+//! split, and symmetric label noise.
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
 use burn::tensor::backend::Backend;
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 
+use crate::{ClassBatch, Rng};
+
+/// Pixels per image (8x8).
 pub const FEATURES: usize = 64;
+/// Digit classes.
 pub const CLASSES: usize = 10;
 
 /// Images (pixels scaled to [0, 1]) and labels.
 #[derive(Clone)]
 pub struct Digits {
+    /// One row of 64 pixels per image.
     pub pixels: Vec<[f32; FEATURES]>,
+    /// The digit of each image.
     pub labels: Vec<usize>,
 }
 
 impl Digits {
+    /// Reads the gzipped CSV (64 pixels from 0 to 16, then the digit, per line).
     pub fn load(path: &Path) -> Result<Self, String> {
         let file = std::fs::File::open(path)
             .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
@@ -51,8 +63,14 @@ impl Digits {
         Ok(digits)
     }
 
+    /// The number of images.
     pub fn len(&self) -> usize {
         self.labels.len()
+    }
+
+    /// Whether there is no image.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
     }
 
     fn select(&self, indices: &[usize]) -> Self {
@@ -100,35 +118,32 @@ impl Digits {
     }
 }
 
-/// SplitMix64: a small seeded generator for shuffles and noise.
-pub struct Rng(u64);
+/// Batches images of a [`Digits`] set by index, in f32.
+#[derive(Clone)]
+struct DigitsBatcher {
+    digits: Arc<Digits>,
+}
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
+impl<B: Backend> Batcher<B, usize, ClassBatch<B>> for DigitsBatcher {
+    fn batch(&self, indices: Vec<usize>, device: &B::Device) -> ClassBatch<B> {
+        let (inputs, targets) = self.digits.batch(&indices, FloatDType::F32, device);
+        ClassBatch { inputs, targets }
     }
+}
 
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in 0..n.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.uniform() * n as f64) as usize
-    }
-
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            items.swap(i, self.below(i + 1));
-        }
-    }
+/// A Burn data loader over `digits` in batches of `batch_size`, shuffled with `seed` each
+/// epoch.
+pub fn digits_loader<B: Backend>(
+    digits: Digits,
+    batch_size: usize,
+    seed: u64,
+) -> Arc<dyn DataLoader<B, ClassBatch<B>>> {
+    let len = digits.len();
+    let batcher = DigitsBatcher {
+        digits: Arc::new(digits),
+    };
+    DataLoaderBuilder::new(batcher)
+        .batch_size(batch_size)
+        .shuffle(seed)
+        .build(InMemDataset::new((0..len).collect::<Vec<usize>>()))
 }

@@ -1,0 +1,327 @@
+//! The README's Rust snippets, compiled and run on the UCI digits, and checked to be the
+//! README's text: each `<!-- readme-test: NAME -->` block of README.md must equal the region
+//! `// readme: NAME` ... `// readme-end` of this file (a `diff` block: its `+` and context
+//! lines), and every `rust` block of README.md must have such a marker.
+
+use std::error::Error;
+use std::path::Path;
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::SgdConfig;
+use burn::record::CompactRecorder;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, Tensor};
+use burn::train::metric::{AccuracyMetric, LossMetric};
+use burn::train::{
+    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+};
+use burn_sam_suite::digits::{digits_loader, Digits, CLASSES, FEATURES};
+use burn_sam_suite::{ClassBatch, Mlp, MlpConfig, Quiet};
+
+type B = Autodiff<Flex>;
+type MyBatch<B> = ClassBatch<B>;
+type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
+
+/// The README's `Model`: an MLP with a loss.
+#[derive(Module, Debug)]
+struct Model<B: Backend> {
+    mlp: Mlp<B>,
+}
+
+impl<B: Backend> Model<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            mlp: MlpConfig::new(vec![FEATURES, 32, CLASSES]).init(device),
+        }
+    }
+
+    fn forward_classification(&self, batch: MyBatch<B>) -> ClassificationOutput<B> {
+        // readme: f16-forward
+        // Burn does not mix float types in one operation: the inputs are cast to the weights'
+        // type (f16 after `cast_params`), the logits back to f32 for an exact loss.
+        let dtype = self.mlp.layers[0].weight.val().dtype();
+        let logits = self
+            .mlp
+            .forward(batch.inputs.cast(dtype))
+            .cast(FloatDType::F32);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.clone(), batch.targets.clone());
+        // readme-end
+        ClassificationOutput::new(loss, logits, batch.targets)
+    }
+
+    fn loss(&self, batch: &MyBatch<B>) -> Tensor<B, 1> {
+        self.forward_classification(batch.clone()).loss
+    }
+}
+
+// readme: train-step
+impl<B: AutodiffBackend> TrainStep for Model<B> {
+    type Input = MyBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: MyBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let item = self.forward_classification(batch);
+        let grads = burn_sam_accum::train::scale_loss(item.loss.clone()).backward();
+        TrainOutput::new(self, grads, item)
+    }
+}
+// readme-end
+
+impl<B: Backend> InferenceStep for Model<B> {
+    type Input = MyBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: MyBatch<B>) -> ClassificationOutput<B> {
+        self.forward_classification(batch)
+    }
+}
+
+fn digits(count: usize) -> Digits {
+    let digits = Digits::load(Path::new("examples/data/digits.csv.gz")).expect("the data set");
+    digits.split(digits.len() - count).1
+}
+
+fn batches(count: usize) -> Vec<MyBatch<B>> {
+    let digits = digits(count * 32);
+    (0..count)
+        .map(|i| {
+            let indices: Vec<usize> = (i * 32..(i + 1) * 32).collect();
+            let (inputs, targets) = digits.batch(&indices, FloatDType::F32, &Default::default());
+            ClassBatch { inputs, targets }
+        })
+        .collect()
+}
+
+#[test]
+fn quick_start() -> Result {
+    let (lr, batch) = (0.05, batches(1).remove(0));
+    let mut model = Model::<B>::new(&Default::default());
+    // readme: quick-start
+    use burn::optim::AdamConfig;
+    use burn_sam::SamConfig;
+
+    // Wrap any Burn optimizer.
+    let mut optim = SamConfig::new()
+        .with_rho(0.05)
+        .try_init(AdamConfig::new().init())?;
+
+    // One call per batch runs both passes with your loss closure (errors hand the model back).
+    let step = optim.step_with(lr, model, |m: &Model<B>| m.loss(&batch))?;
+    model = step.module; // step.loss: the first pass's loss; step.report: what happened
+
+    // readme-end
+    assert_eq!(optim.stats().steps, 1);
+    drop(model);
+    Ok(())
+}
+
+#[test]
+fn mixed_precision() -> Result {
+    let (lr, batch) = (0.05, batches(1).remove(0));
+    let model = Model::<B>::new(&Default::default());
+    // readme: mixed-precision
+    use burn::optim::AdamConfig;
+    use burn::tensor::FloatDType;
+    use burn_sam::{LossScalerConfig, SamConfig};
+
+    let model = burn_sam::try_cast_params(model, FloatDType::F16)?; // f16 parameters
+    let mut optim = SamConfig::new()
+        .with_loss_scaling(Some(LossScalerConfig::new())) // PyTorch GradScaler's defaults
+        .try_init(AdamConfig::new().init())?;
+    let step = optim.step_with(lr, model, |m: &Model<B>| m.loss(&batch))?; // the same closure
+    println!(
+        "{:?} at loss scale {}",
+        step.report.outcome, step.report.loss_scale
+    );
+    // readme-end
+    assert_eq!(
+        step.module.mlp.layers[0].weight.val().dtype(),
+        burn::tensor::DType::F16
+    );
+    Ok(())
+}
+
+#[test]
+fn accumulation() -> Result {
+    let lr = 0.05;
+    let batches = batches(5).into_iter();
+    let mut model = Model::<B>::new(&Default::default());
+    // readme: accumulation
+    use burn::optim::AdamConfig;
+    use burn_sam::SamConfig;
+    use burn_sam_accum::{AccumulationConfig, MicroBatch, SamMode};
+
+    // Any Burn optimizer, a `LossScaled` one, or a `Sam` one.
+    let sam = SamConfig::new().try_init(AdamConfig::new().init())?;
+    let mut accumulation = AccumulationConfig::new(4) // micro-batches per step
+        .with_sam_mode(SamMode::Exact) // or SamMode::PerMicroBatch (m-sharpness)
+        .try_init(sam)?;
+
+    // Weighted by item count (or `MicroBatch::new(b)` for equal weights).
+    let micro_batches = batches.map(|b| MicroBatch::with_items(b.clone(), b.len()));
+    for window in accumulation.windows(micro_batches) {
+        // The last window holds the rest.
+        let step = accumulation.step(lr, model, &window, |m: &Model<B>, b| m.loss(b))?;
+        model = step.module; // step.loss: the window's loss; step.report: what happened
+    }
+    // readme-end
+    assert_eq!(accumulation.optimizer().stats().steps, 2);
+    drop(model);
+    Ok(())
+}
+
+/// The README's Learner program, with SAM (`f16` false) or f16 SAM with loss scaling.
+fn learner_program(f16: bool) -> Result {
+    let device = burn::tensor::Device::<B>::default();
+    let artifact_dir =
+        std::env::temp_dir().join(format!("burn-sam-readme-{}-{f16}", std::process::id()));
+    let loader_train = digits_loader::<B>(digits(256), 32, 1);
+    let loader_valid = digits_loader::<Flex>(digits(64), 32, 1);
+    let (epochs, lr_scheduler) = (1, 0.05);
+    let model = Model::<B>::new(&device);
+    let result = if f16 {
+        // readme: learner-f16
+        use burn::tensor::FloatDType;
+        use burn_sam::{LossScalerConfig, SamConfig};
+        use burn_sam_accum::train::SamTraining;
+
+        let model = burn_sam::try_cast_params(model, FloatDType::F16)?;
+        let optim = SamConfig::new()
+            .with_rho(0.05)
+            .with_loss_scaling(Some(LossScalerConfig::new()))
+            .try_init(SgdConfig::new().init())?;
+        // readme-end
+        let strategy = SamTraining::new(device, &optim).into_strategy();
+        SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
+            .renderer(Quiet)
+            .with_application_logger(None)
+            .num_epochs(epochs)
+            .with_training_strategy(strategy)
+            .launch(Learner::new(model, optim, lr_scheduler))
+    } else {
+        // readme: learner
+        use burn_sam::SamConfig;
+        use burn_sam_accum::train::SamTraining;
+
+        let optim = SamConfig::new()
+            .with_rho(0.05)
+            .try_init(SgdConfig::new().init())?;
+        let strategy = SamTraining::new(device, &optim)
+            .with_accumulation(4)? // optional: 4 batches per optimizer step
+            .with_items(MyBatch::len) // optional: weight batches by their size
+            .into_strategy();
+        let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
+            .metrics((AccuracyMetric::new(), LossMetric::new()))
+            .with_file_checkpointer(CompactRecorder::new())
+            .num_epochs(epochs)
+            .with_training_strategy(strategy)
+            .launch(Learner::new(model, optim, lr_scheduler));
+        // readme-end
+        result
+    };
+    let _ = std::fs::remove_dir_all(&artifact_dir);
+    let dtype = result.model.mlp.layers[0].weight.val().dtype();
+    let expected = if f16 {
+        FloatDType::F16
+    } else {
+        FloatDType::F32
+    };
+    assert_eq!(dtype, burn::tensor::DType::from(expected));
+    Ok(())
+}
+
+#[test]
+fn learner() -> Result {
+    learner_program(false)
+}
+
+#[test]
+fn learner_f16() -> Result {
+    learner_program(true)
+}
+
+/// The lines between `// readme: name` and `// readme-end` in this file, dedented.
+fn region(name: &str) -> Vec<String> {
+    let source = include_str!("readme.rs");
+    let start = format!("// readme: {name}");
+    let lines: Vec<&str> = source
+        .lines()
+        .skip_while(|line| line.trim() != start)
+        .skip(1)
+        .take_while(|line| line.trim() != "// readme-end")
+        .collect();
+    let lines = match lines.iter().rposition(|line| !line.trim().is_empty()) {
+        Some(last) => &lines[..=last],
+        None => &lines[..0],
+    };
+    assert!(!lines.is_empty(), "no region `{name}` in tests/readme.rs");
+    let indent = lines
+        .iter()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| line.len() - line.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    lines
+        .iter()
+        .map(|line| line.get(indent..).unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn readme_snippets_are_these_tests() {
+    let readme = include_str!("../README.md");
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut checked = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        let fence = line.trim_start();
+        if let Some(name) = line
+            .strip_prefix("<!-- readme-test: ")
+            .and_then(|rest| rest.strip_suffix(" -->"))
+        {
+            let open = lines[index + 1];
+            let body: Vec<&str> = lines[index + 2..]
+                .iter()
+                .take_while(|line| !line.starts_with("```"))
+                .copied()
+                .collect();
+            let shown: Vec<String> = match open {
+                "```rust" => body.iter().map(|line| line.to_string()).collect(),
+                // The program after the change: added and unchanged lines.
+                "```diff" => body
+                    .iter()
+                    .filter(|line| !line.starts_with('-'))
+                    .map(|line| line.get(1..).unwrap_or("").to_string())
+                    .collect(),
+                other => panic!("README block `{name}` opens with {other:?}"),
+            };
+            assert_eq!(
+                shown,
+                region(name),
+                "README block `{name}` differs from tests/readme.rs"
+            );
+            checked.push(name);
+        } else if fence == "```rust" {
+            let marked = index > 0 && lines[index - 1].starts_with("<!-- readme-test: ");
+            assert!(
+                marked,
+                "README line {}: a rust block without a test",
+                index + 1
+            );
+        }
+    }
+    for name in [
+        "quick-start",
+        "mixed-precision",
+        "f16-forward",
+        "accumulation",
+        "learner",
+        "learner-f16",
+        "train-step",
+    ] {
+        assert!(checked.contains(&name), "README shows no `{name}` block");
+    }
+}
