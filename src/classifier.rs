@@ -1,5 +1,5 @@
 //! A classifier over an [`Mlp`] for Burn's `Learner`: its `TrainStep` is an ordinary one with
-//! the single line loss scaling needs ([`scale_loss`]).
+//! the single line loss scaling needs (`burn_sam_accum::train::scale_loss`).
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::module::Module;
@@ -7,7 +7,6 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
-use burn_sam_accum::train::scale_loss;
 
 use crate::Mlp;
 
@@ -68,9 +67,13 @@ impl<B: Backend> Batcher<B, Example, ClassBatch<B>> for ClassBatcher {
     }
 }
 
+// The regions marked `readme:` are shown in README.md, which `tests/readme.rs` checks.
 impl<B: Backend> Classifier<B> {
     /// Logits and the mean cross-entropy, computed in f32.
     pub fn forward_classification(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
+        // readme: f16-forward
+        // Burn does not mix float types in one operation: the inputs are cast to the weights'
+        // type (f16 after `cast_params`), the logits back to f32 for an exact loss.
         let dtype = self.mlp.layers[0].weight.val().dtype();
         let logits = self
             .mlp
@@ -79,20 +82,28 @@ impl<B: Backend> Classifier<B> {
         let loss = CrossEntropyLossConfig::new()
             .init(&logits.device())
             .forward(logits.clone(), batch.targets.clone());
+        // readme-end
         ClassificationOutput::new(loss, logits, batch.targets)
+    }
+
+    /// The mean cross-entropy on `batch`.
+    pub fn loss(&self, batch: &ClassBatch<B>) -> Tensor<B, 1> {
+        self.forward_classification(batch.clone()).loss
     }
 }
 
+// readme: train-step
 impl<B: AutodiffBackend> TrainStep for Classifier<B> {
     type Input = ClassBatch<B>;
     type Output = ClassificationOutput<B>;
 
     fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
         let item = self.forward_classification(batch);
-        let grads = scale_loss(item.loss.clone()).backward();
+        let grads = burn_sam_accum::train::scale_loss(item.loss.clone()).backward();
         TrainOutput::new(self, grads, item)
     }
 }
+// readme-end
 
 impl<B: Backend> InferenceStep for Classifier<B> {
     type Input = ClassBatch<B>;

@@ -1,82 +1,27 @@
 //! The README's Rust snippets, compiled and run on the UCI digits, and checked to be the
 //! README's text: each `<!-- readme-test: NAME -->` block of README.md must equal the region
-//! `// readme: NAME` ... `// readme-end` of this file (a `diff` block: its `+` and context
-//! lines), and every `rust` block of README.md must have such a marker.
+//! `// readme: NAME` ... `// readme-end` of this file or of `src/classifier.rs` (a `diff`
+//! block: its `+` and context lines), and every `rust` block of README.md must have such a
+//! marker.
 
 use std::error::Error;
 use std::path::Path;
 
 use burn::backend::{Autodiff, Flex};
-use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::SgdConfig;
 use burn::record::CompactRecorder;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{FloatDType, Tensor};
+use burn::tensor::FloatDType;
 use burn::train::metric::{AccuracyMetric, LossMetric};
-use burn::train::{
-    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
-};
+use burn::train::{Learner, SupervisedTraining};
 use burn_sam_suite::digits::{digits_loader, Digits, CLASSES, FEATURES};
-use burn_sam_suite::{ClassBatch, Mlp, MlpConfig, Quiet};
+use burn_sam_suite::{ClassBatch, Classifier, MlpConfig, Quiet};
 
 type B = Autodiff<Flex>;
-type MyBatch<B> = ClassBatch<B>;
 type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
 
-/// The README's `Model`: an MLP with a loss.
-#[derive(Module, Debug)]
-struct Model<B: Backend> {
-    mlp: Mlp<B>,
-}
-
-impl<B: Backend> Model<B> {
-    fn new(device: &B::Device) -> Self {
-        Self {
-            mlp: MlpConfig::new(vec![FEATURES, 32, CLASSES]).init(device),
-        }
-    }
-
-    fn forward_classification(&self, batch: MyBatch<B>) -> ClassificationOutput<B> {
-        // readme: f16-forward
-        // Burn does not mix float types in one operation: the inputs are cast to the weights'
-        // type (f16 after `cast_params`), the logits back to f32 for an exact loss.
-        let dtype = self.mlp.layers[0].weight.val().dtype();
-        let logits = self
-            .mlp
-            .forward(batch.inputs.cast(dtype))
-            .cast(FloatDType::F32);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.clone(), batch.targets.clone());
-        // readme-end
-        ClassificationOutput::new(loss, logits, batch.targets)
-    }
-
-    fn loss(&self, batch: &MyBatch<B>) -> Tensor<B, 1> {
-        self.forward_classification(batch.clone()).loss
-    }
-}
-
-// readme: train-step
-impl<B: AutodiffBackend> TrainStep for Model<B> {
-    type Input = MyBatch<B>;
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, batch: MyBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
-        let item = self.forward_classification(batch);
-        let grads = burn_sam_accum::train::scale_loss(item.loss.clone()).backward();
-        TrainOutput::new(self, grads, item)
-    }
-}
-// readme-end
-
-impl<B: Backend> InferenceStep for Model<B> {
-    type Input = MyBatch<B>;
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, batch: MyBatch<B>) -> ClassificationOutput<B> {
-        self.forward_classification(batch)
+fn model() -> Classifier<B> {
+    Classifier {
+        mlp: MlpConfig::new(vec![FEATURES, 32, CLASSES]).init(&Default::default()),
     }
 }
 
@@ -85,7 +30,7 @@ fn digits(count: usize) -> Digits {
     digits.split(digits.len() - count).1
 }
 
-fn batches(count: usize) -> Vec<MyBatch<B>> {
+fn batches(count: usize) -> Vec<ClassBatch<B>> {
     let digits = digits(count * 32);
     (0..count)
         .map(|i| {
@@ -99,7 +44,7 @@ fn batches(count: usize) -> Vec<MyBatch<B>> {
 #[test]
 fn quick_start() -> Result {
     let (lr, batch) = (0.05, batches(1).remove(0));
-    let mut model = Model::<B>::new(&Default::default());
+    let mut model = model();
     // readme: quick-start
     use burn::optim::AdamConfig;
     use burn_sam::SamConfig;
@@ -110,7 +55,7 @@ fn quick_start() -> Result {
         .try_init(AdamConfig::new().init())?;
 
     // One call per batch runs both passes with your loss closure (errors hand the model back).
-    let step = optim.step_with(lr, model, |m: &Model<B>| m.loss(&batch))?;
+    let step = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?;
     model = step.module; // step.loss: the first pass's loss; step.report: what happened
 
     // readme-end
@@ -122,7 +67,7 @@ fn quick_start() -> Result {
 #[test]
 fn mixed_precision() -> Result {
     let (lr, batch) = (0.05, batches(1).remove(0));
-    let model = Model::<B>::new(&Default::default());
+    let model = model();
     // readme: mixed-precision
     use burn::optim::AdamConfig;
     use burn::tensor::FloatDType;
@@ -132,7 +77,7 @@ fn mixed_precision() -> Result {
     let mut optim = SamConfig::new()
         .with_loss_scaling(Some(LossScalerConfig::new())) // PyTorch GradScaler's defaults
         .try_init(AdamConfig::new().init())?;
-    let step = optim.step_with(lr, model, |m: &Model<B>| m.loss(&batch))?; // the same closure
+    let step = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?; // the same closure
     println!(
         "{:?} at loss scale {}",
         step.report.outcome, step.report.loss_scale
@@ -149,7 +94,7 @@ fn mixed_precision() -> Result {
 fn accumulation() -> Result {
     let lr = 0.05;
     let batches = batches(5).into_iter();
-    let mut model = Model::<B>::new(&Default::default());
+    let mut model = model();
     // readme: accumulation
     use burn::optim::AdamConfig;
     use burn_sam::SamConfig;
@@ -165,7 +110,7 @@ fn accumulation() -> Result {
     let micro_batches = batches.map(|b| MicroBatch::with_items(b.clone(), b.len()));
     for window in accumulation.windows(micro_batches) {
         // The last window holds the rest.
-        let step = accumulation.step(lr, model, &window, |m: &Model<B>, b| m.loss(b))?;
+        let step = accumulation.step(lr, model, &window, |m: &Classifier<B>, b| m.loss(b))?;
         model = step.module; // step.loss: the window's loss; step.report: what happened
     }
     // readme-end
@@ -182,7 +127,7 @@ fn learner_program(f16: bool) -> Result {
     let loader_train = digits_loader::<B>(digits(256), 32, 1);
     let loader_valid = digits_loader::<Flex>(digits(64), 32, 1);
     let (epochs, lr_scheduler) = (1, 0.05);
-    let model = Model::<B>::new(&device);
+    let model = model();
     let result = if f16 {
         // readme: learner-f16
         use burn::tensor::FloatDType;
@@ -212,7 +157,7 @@ fn learner_program(f16: bool) -> Result {
             .try_init(SgdConfig::new().init())?;
         let strategy = SamTraining::new(device, &optim)
             .with_accumulation(4)? // optional: 4 batches per optimizer step
-            .with_items(MyBatch::len) // optional: weight batches by their size
+            .with_items(ClassBatch::len) // optional: weight batches by their size
             .into_strategy();
         let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
             .metrics((AccuracyMetric::new(), LossMetric::new()))
@@ -244,9 +189,13 @@ fn learner_f16() -> Result {
     learner_program(true)
 }
 
-/// The lines between `// readme: name` and `// readme-end` in this file, dedented.
+/// The lines between `// readme: name` and `// readme-end`, dedented.
 fn region(name: &str) -> Vec<String> {
-    let source = include_str!("readme.rs");
+    let source = [
+        include_str!("readme.rs"),
+        include_str!("../src/classifier.rs"),
+    ]
+    .join("\n");
     let start = format!("// readme: {name}");
     let lines: Vec<&str> = source
         .lines()
@@ -258,7 +207,7 @@ fn region(name: &str) -> Vec<String> {
         Some(last) => &lines[..=last],
         None => &lines[..0],
     };
-    assert!(!lines.is_empty(), "no region `{name}` in tests/readme.rs");
+    assert!(!lines.is_empty(), "no region `{name}`");
     let indent = lines
         .iter()
         .filter(|line| !line.trim().is_empty())
@@ -301,7 +250,7 @@ fn readme_snippets_are_these_tests() {
             assert_eq!(
                 shown,
                 region(name),
-                "README block `{name}` differs from tests/readme.rs"
+                "README block `{name}` differs from its region"
             );
             checked.push(name);
         } else if fence == "```rust" {

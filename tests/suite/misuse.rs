@@ -7,7 +7,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamError, StepError};
 use burn_sam_suite::{Mlp, MlpConfig};
 
-use super::util::{batch_grads, problem, tensors};
+use super::util::{batch_grads, poison, problem, tensors};
 
 /// The error is `expected`, and the module came back bitwise equal to `intact`.
 fn refused<B: AutodiffBackend>(
@@ -148,4 +148,68 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
     .expect_err("unscaled gradients must not train");
     let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(message.contains("no loss was scaled"), "{message}");
+}
+
+/// The loss scale's hard stop (`max_overflows_at_min`) in the ascent, the descent and a
+/// loss-scaled step, and `step_with` over a pending ascent: errors with the module intact.
+pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
+    let problem = problem::<B>(1);
+    let batch = &problem.batches[0];
+    let model = problem.model;
+    let stop = LossScalerConfig::new()
+        .with_init_scale(1.0)
+        .with_min_scale(Some(1.0))
+        .with_max_overflows_at_min(Some(1));
+    let scaled = |handle: &burn_sam::LossScaleHandle, model: &Mlp<B>, overflow: bool| {
+        let (x, y) = batch;
+        let loss = (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean();
+        let mut grads =
+            burn::optim::GradientsParams::from_grads(handle.scale_loss(loss).backward(), model);
+        if overflow {
+            poison(model, &mut grads, f64::INFINITY);
+        }
+        grads
+    };
+    let stopped = |message: String| assert!(message.contains("max_overflows_at_min"), "{message}");
+
+    let mut sam = SamConfig::new()
+        .with_loss_scaling(Some(stop.clone()))
+        .init(SgdConfig::new().init::<B, Mlp<B>>());
+    let handle = sam.loss_scale_handle();
+    let failed = sam
+        .ascend(model.clone(), scaled(&handle, &model, true))
+        .unwrap_err();
+    assert_eq!(tensors(&failed.module), tensors(&model));
+    stopped(failed.to_string());
+    assert!(!sam.is_perturbed());
+
+    let mut sam = SamConfig::new()
+        .with_loss_scaling(Some(stop.clone()))
+        .init(SgdConfig::new().init::<B, Mlp<B>>());
+    let handle = sam.loss_scale_handle();
+    let perturbed = sam
+        .ascend(model.clone(), scaled(&handle, &model, false))
+        .unwrap();
+    let grads = scaled(&handle, &perturbed, true);
+    let failed = sam.descend(0.1, perturbed, grads).unwrap_err();
+    assert_eq!(tensors(&failed.module), tensors(&model));
+    stopped(failed.to_string());
+
+    let mut optim = LossScaledConfig::new(stop).init(SgdConfig::new().init::<B, Mlp<B>>());
+    let grads = scaled(&optim.loss_scale_handle(), &model, true);
+    let failed = optim.try_step(0.1, model.clone(), grads).unwrap_err();
+    assert_eq!(tensors(&failed.module), tensors(&model));
+    stopped(failed.to_string());
+
+    let mut sam = SamConfig::new().init(SgdConfig::new().init());
+    let perturbed = sam
+        .ascend(model.clone(), batch_grads(&model, batch))
+        .unwrap();
+    let (x, y) = batch;
+    let failed = sam
+        .step_with(0.1, perturbed.clone(), |m: &Mlp<B>| {
+            (m.forward(x.clone()) - y.clone()).powi_scalar(2).mean()
+        })
+        .unwrap_err();
+    refused(failed, SamError::AscentPending, &perturbed);
 }

@@ -51,9 +51,9 @@ pub use config::SamConfig;
 pub use error::{ConfigError, LossScaleError, SamError, StepError};
 pub use float::widen;
 pub use handle::LossScaleHandle;
-pub use loss_scaled::{LossScaled, LossScaledConfig, ScaledStepReport};
+pub use loss_scaled::{LossScaled, LossScaledConfig};
 pub use norm::grad_norm;
-pub use precision::{guarded_step, MasterWeightRecord, MixedPrecisionRecord};
+pub use precision::{guarded_step, MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
 

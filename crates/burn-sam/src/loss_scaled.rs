@@ -6,7 +6,7 @@ use burn::tensor::Tensor;
 
 use crate::error::or_hand_back;
 use crate::merge::merge_devices;
-use crate::precision::{MixedPrecision, MixedPrecisionRecord};
+use crate::precision::{MixedPrecision, MixedPrecisionRecord, ScaledStepReport};
 use crate::{ConfigError, LossScaleHandle, LossScaler, LossScalerConfig, StepError};
 
 /// Configuration of [`LossScaled`]: loss scaling and f32 master weights for any Burn
@@ -69,18 +69,6 @@ pub struct LossScaled<O> {
     precision: MixedPrecision,
 }
 
-/// What one guarded step ([`LossScaled::try_step`], [`guarded_step`](crate::guarded_step))
-/// did.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ScaledStepReport {
-    /// Whether the update was applied (false: the gradients overflowed).
-    pub applied: bool,
-    /// The unscaled gradient norm.
-    pub grad_norm: f64,
-    /// The loss scale the gradients were computed with (1 without loss scaling).
-    pub loss_scale: f32,
-}
-
 impl<O> LossScaled<O> {
     /// The wrapped base optimizer.
     pub fn base(&self) -> &O {
@@ -122,17 +110,10 @@ impl<O> LossScaled<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let loss_scale = self.loss_scale();
-        let grad_norm = or_hand_back!(self.precision.grad_norm(&module, &grads, None), module);
-        let (module, applied) =
-            self.precision
-                .step_if_finite(&mut self.base, lr, module, grads, grad_norm);
-        or_hand_back!(self.precision.update(!applied), module);
-        let report = ScaledStepReport {
-            applied,
-            grad_norm,
-            loss_scale,
-        };
+        let (module, report) = self
+            .precision
+            .guarded_step(&mut self.base, lr, module, grads)?;
+        or_hand_back!(self.precision.update(!report.applied), module);
         Ok((module, report))
     }
 }

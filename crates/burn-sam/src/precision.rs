@@ -15,8 +15,8 @@ use crate::error::or_hand_back;
 use crate::float::tracked;
 use crate::norm::unscaled_norm;
 use crate::param_map::ParamMap;
+use crate::StepError;
 use crate::{widen, LossScaleError, LossScaleHandle, LossScaler, LossScalerRecord, SamError};
-use crate::{ScaledStepReport, StepError};
 
 /// The loss scaler, and the f32 master weights of the parameters narrower than f32 by id: on
 /// the device (`Tensor<B::InnerBackend, 1>`, flattened), or as loaded from a record
@@ -142,6 +142,30 @@ impl MixedPrecision {
         (module, true)
     }
 
+    /// [`MixedPrecision::grad_norm`], then [`MixedPrecision::step_if_finite`]: no scale update.
+    pub fn guarded_step<M, B, O>(
+        &mut self,
+        base: &mut O,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<(M, ScaledStepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let loss_scale = self.loss_scale();
+        let grad_norm = or_hand_back!(self.grad_norm(&module, &grads, None), module);
+        let (module, applied) = self.step_if_finite(base, lr, module, grads, grad_norm);
+        let report = ScaledStepReport {
+            applied,
+            grad_norm,
+            loss_scale,
+        };
+        Ok((module, report))
+    }
+
     pub fn to_record<B: AutodiffBackend>(&self) -> MixedPrecisionRecord {
         let host = |id: &ParamId| match self.masters.get::<Tensor<B::InnerBackend, 1>>(id) {
             Some(tensor) => Some(read_back(tensor.clone()).iter::<f32>().collect()),
@@ -177,6 +201,18 @@ impl MixedPrecision {
     }
 }
 
+/// What one guarded step ([`LossScaled::try_step`](crate::LossScaled::try_step), [`guarded_step`](crate::guarded_step))
+/// did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaledStepReport {
+    /// Whether the update was applied (false: the gradients overflowed).
+    pub applied: bool,
+    /// The unscaled gradient norm.
+    pub grad_norm: f64,
+    /// The loss scale the gradients were computed with (1 without loss scaling).
+    pub loss_scale: f32,
+}
+
 /// One step of any Burn optimizer, taken only with finite gradients: the gradients are cast
 /// to each parameter's float type, with no loss scale and no master weights.
 ///
@@ -210,15 +246,7 @@ where
     B: AutodiffBackend,
     O: Optimizer<M, B>,
 {
-    let mut plain = MixedPrecision::new(None, false);
-    let grad_norm = or_hand_back!(plain.grad_norm(&module, &grads, None), module);
-    let (module, applied) = plain.step_if_finite(base, lr, module, grads, grad_norm);
-    let report = ScaledStepReport {
-        applied,
-        grad_norm,
-        loss_scale: 1.0,
-    };
-    Ok((module, report))
+    MixedPrecision::new(None, false).guarded_step(base, lr, module, grads)
 }
 
 /// Swaps narrow parameters for their f32 masters and unscales every gradient.
