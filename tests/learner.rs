@@ -481,8 +481,30 @@ fn uneven_batches_are_weighted_by_their_items() {
     assert!(max_difference(&whole, &trained(16, 8, false)) > 1e-4);
 }
 
+/// The log records of `burn_sam_accum` in this test binary, from the first call on.
+fn strategy_log() -> &'static Mutex<Vec<String>> {
+    struct Capture(Mutex<Vec<String>>);
+    impl log::Log for Capture {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.target().starts_with("burn_sam_accum")
+        }
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                self.0.lock().unwrap().push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static CAPTURE: Capture = Capture(Mutex::new(Vec::new()));
+    if log::set_logger(&CAPTURE).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+    &CAPTURE.0
+}
+
 #[test]
 fn an_f16_model_trains_with_loss_scaling() {
+    let log = strategy_log();
     let model = cast_params(model(), FloatDType::F16);
     let before = evaluate(&model.valid());
     let optim = SamConfig::new()
@@ -510,6 +532,12 @@ fn an_f16_model_trains_with_loss_scaling() {
         4,
         "f32 masters of the f16 weights"
     );
+    // The loss scale and the overflowed steps are reported once per epoch.
+    let log = log.lock().unwrap();
+    for epoch in [1, 2] {
+        let line = format!("epoch {epoch}: loss scale ");
+        assert!(log.iter().any(|l| l.starts_with(&line)), "{log:?}");
+    }
 }
 
 /// The classifier with a `TrainStep` that back-propagates its loss as it is.

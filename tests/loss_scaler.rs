@@ -201,3 +201,36 @@ fn invalid_config_names_the_field() {
         );
     }
 }
+
+/// `init` of every config panics at the caller's line (`#[track_caller]`), with the message
+/// `try_init` returns.
+#[test]
+fn init_panics_at_the_callers_line() {
+    use std::sync::{Arc, Mutex};
+
+    let location = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&location);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let file = info.location().map(|at| at.file().to_string());
+        seen.lock().unwrap().push(file.unwrap_or_default());
+    }));
+    let panics = [
+        std::panic::catch_unwind(|| {
+            LossScalerConfig::new().with_init_scale(0.0).init();
+        }),
+        std::panic::catch_unwind(|| {
+            burn_sam::SamConfig::new().with_rho(-1.0).init(());
+        }),
+        std::panic::catch_unwind(|| {
+            burn_sam::LossScaledConfig::new(LossScalerConfig::new().with_hysteresis(0)).init(());
+        }),
+        std::panic::catch_unwind(|| {
+            burn_sam_accum::AccumulationConfig::new(0).init(());
+        }),
+    ];
+    std::panic::set_hook(previous);
+    assert!(panics.iter().all(Result::is_err));
+    let files = location.lock().unwrap().clone();
+    assert_eq!(files, vec![file!().to_string(); 4]);
+}

@@ -34,8 +34,11 @@ impl AccumulationConfig {
     /// [`AccumulationConfig::try_init`] returns it instead.
     #[track_caller]
     pub fn init<O>(&self, optimizer: O) -> Accumulation<O> {
-        self.try_init(optimizer)
-            .unwrap_or_else(|error| panic!("{error}"))
+        // `panic!` in this body, not in a closure, so that `track_caller` names the caller.
+        match self.try_init(optimizer) {
+            Ok(accumulation) => accumulation,
+            Err(error) => panic!("{error}"),
+        }
     }
 
     /// Wraps `optimizer`, or says which field is invalid.

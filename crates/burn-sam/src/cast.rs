@@ -71,7 +71,10 @@ pub fn try_cast_params<B: Backend, M: Module<B>>(
 /// ```
 #[track_caller]
 pub fn cast_params<B: Backend, M: Module<B>>(module: M, dtype: FloatDType) -> M {
-    try_cast_params(module, dtype).unwrap_or_else(|error| panic!("{error}"))
+    match try_cast_params(module, dtype) {
+        Ok(module) => module,
+        Err(error) => panic!("{error}"),
+    }
 }
 
 struct Cast(FloatDType);

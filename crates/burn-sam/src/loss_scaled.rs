@@ -28,8 +28,10 @@ impl LossScaledConfig {
     /// [`LossScaledConfig::try_init`] returns it instead.
     #[track_caller]
     pub fn init<O>(&self, base: O) -> LossScaled<O> {
-        self.try_init(base)
-            .unwrap_or_else(|error| panic!("{error}"))
+        match self.try_init(base) {
+            Ok(optim) => optim,
+            Err(error) => panic!("{error}"),
+        }
     }
 
     /// Wraps `base`, or says which field is invalid.

@@ -199,6 +199,12 @@ impl<O> Sam<O> {
     /// loss scale backs off (this step's one update) and the step becomes a plain base step
     /// with the descent gradient, taken at `w` with the reduced scale. A warning is logged;
     /// nothing non-finite is written.
+    ///
+    /// # Errors
+    /// With `module` handed back unchanged and nothing pending: an ascent is already pending
+    /// ([`SamError::AscentPending`]), `grads` hold parameters `module` does not have
+    /// ([`SamError::ForeignGradients`]), loss scaling is on and no loss was scaled
+    /// ([`SamError::UnscaledLoss`]), or the loss scale's hard stop ([`SamError::LossScale`]).
     pub fn ascend<M, B>(&mut self, module: M, grads: GradientsParams) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
@@ -248,6 +254,13 @@ impl<O> Sam<O> {
     /// through f32 master weights. When `grads` is not finite, nothing is stepped: the
     /// unperturbed weights and the base optimizer's state are returned unchanged, and the loss
     /// scale backs off.
+    ///
+    /// # Errors
+    /// Without a pending ascent ([`SamError::DescentWithoutAscent`]) or with a module that is
+    /// not the ascent's ([`SamError::ForeignModule`]): `module` handed back as given, the
+    /// pending ascent kept. With gradients of another module or of an unscaled loss: the step
+    /// is dropped and the weights of before the ascent are handed back. After the loss scale's
+    /// hard stop ([`SamError::LossScale`]): the weights as the step left them.
     pub fn descend<M, B>(
         &mut self,
         lr: LearningRate,

@@ -85,7 +85,10 @@ impl LossScalerConfig {
     /// When the configuration is invalid, with the message of [`LossScalerConfig::validate`].
     #[track_caller]
     pub fn init(&self) -> LossScaler {
-        self.try_init().unwrap_or_else(|error| panic!("{error}"))
+        match self.try_init() {
+            Ok(scaler) => scaler,
+            Err(error) => panic!("{error}"),
+        }
     }
 
     /// Builds the scaler, or says which field is invalid.
