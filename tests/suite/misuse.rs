@@ -137,6 +137,15 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
     let grads = scaled(&sam, &perturbed);
     sam.descend(0.1, perturbed, grads).unwrap();
 
+    // A loss scaled in a step that ended without using it does not vouch for the next one.
+    let perturbed = sam.ascend(model.clone(), scaled(&sam, &model)).unwrap();
+    drop(scaled(&sam, &perturbed));
+    let restored = sam.restore(perturbed).unwrap();
+    let failed = sam
+        .ascend(restored.clone(), batch_grads(&restored, batch))
+        .unwrap_err();
+    refused(failed, SamError::UnscaledLoss, &restored);
+
     let mut optim = LossScaledConfig::new(scaling).init(SgdConfig::new().init());
     let failed = optim
         .try_step(0.1, model.clone(), batch_grads(&model, batch))

@@ -353,6 +353,8 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
     {
         let mut pending = self.pending.take().expect("checked by check_pending");
+        // A loss scaled within the step that ends here must not vouch for the next phase.
+        self.precision.handle().take_loss_scaled();
         sync_running_states(&module);
         let module = module.map(&mut Restore {
             snapshot: core::mem::take(&mut pending.snapshot),
