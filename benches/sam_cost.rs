@@ -1,16 +1,18 @@
-//! SAM's cost against its limits, on Flex, for three models: an MLP of about 100k parameters,
-//! one of about 2M, and a small CNN. Per model: a base step (SGD), a SAM and an ASAM step, an
-//! f16 SAM step with and without loss scaling, and gradient accumulation (k = 4 micro-batches
-//! against one batch of 4b, with the peak heap memory of one step). Also the device reads
-//! burn-sam makes per SAM step. `cargo xtask bench` runs this and prints the ratios.
+//! SAM's cost against its limits, on every backend compiled in (Flex and NdArray by default,
+//! Vulkan and LibTorch with their features), for three models: an MLP of about 100k
+//! parameters, one of about 2M, and a small CNN. Per backend and model: a base step (SGD), a
+//! SAM and an ASAM step, an f16 SAM step with and without loss scaling (where the backend has
+//! f16), and gradient accumulation (k = 4 micro-batches against one batch of 4b, with the peak
+//! heap memory of one step). Also the device reads burn-sam makes per SAM step. Criterion
+//! groups are named `<backend>-<model>`. `cargo xtask bench` runs this and prints the ratios.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use burn::backend::{Autodiff, Flex};
+use burn::backend::Autodiff;
 use burn::optim::SgdConfig;
-use burn::tensor::backend::Backend;
-use burn::tensor::{FloatDType, Tensor};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, FloatDType, Tensor};
 use burn_sam::{LossScalerConfig, SamConfig};
 use burn_sam_accum::MicroBatch;
 use burn_sam_suite::bench::{
@@ -55,21 +57,22 @@ fn peak_bytes(f: impl FnOnce()) -> usize {
     PEAK.load(Ordering::Relaxed) - start
 }
 
-type B = Autodiff<Flex>;
-
 const BATCH: usize = 128;
 const K: usize = 4;
 
 /// Times each step of `model` in criterion group `name`; writes the peak memory of the
 /// accumulation steps and the device reads per SAM step to `<target>/criterion/<name>.json`.
-fn bench_model<M: Net<B>>(c: &mut Criterion, name: &str, model: M) {
+fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, model: M) {
+    let f16 = B::supports_dtype(&Default::default(), DType::F16);
     // Initialise the lazy parameters once, so that every clone starts from the same weights.
     let model = copy_as(&model, FloatDType::F32);
-    let model_f16 = copy_as(&model, FloatDType::F16);
-    let (f32_batch, f16_batch) = (
-        batch::<B>(BATCH, FloatDType::F32),
-        batch::<B>(BATCH, FloatDType::F16),
-    );
+    let half = if f16 {
+        FloatDType::F16
+    } else {
+        FloatDType::F32
+    };
+    let model_f16 = copy_as(&model, half);
+    let (f32_batch, f16_batch) = (batch::<B>(BATCH, FloatDType::F32), batch::<B>(BATCH, half));
     let large = batch::<B>(K * BATCH, FloatDType::F32);
     let window: Vec<_> = (0..K)
         .map(|i| {
@@ -103,6 +106,10 @@ fn bench_model<M: Net<B>>(c: &mut Criterion, name: &str, model: M) {
         timed("window_passes_step", &model, window_passes_step(&window)),
         timed("accum4_step", &model, accumulated_step(sgd(), &window)),
     ];
+    if !f16 {
+        // No f16 on this backend (NdArray): the f16 steps are not timed.
+        steps.retain(|timed| !timed.name.contains("f16"));
+    }
 
     let mut group = c.benchmark_group(name);
     group.sample_size(10);
@@ -162,13 +169,26 @@ fn criterion_filter_is_empty() -> bool {
 /// Rounds of paired timings (one step of every function per round), for the ratios.
 const ROUNDS: usize = 15;
 
-fn sam_cost(c: &mut Criterion) {
+/// The three models on backend `B`, in groups `<backend>-<model>`.
+fn bench_backend<B: AutodiffBackend>(c: &mut Criterion, backend: &str) {
     let device = Default::default();
     B::seed(&device, 0);
     let mlp = |sizes: &[usize]| -> Mlp<B> { MlpConfig::new(sizes.to_vec()).init(&device) };
-    bench_model(c, "mlp_100k", mlp(&[784, 128, 10]));
-    bench_model(c, "mlp_2m", mlp(&[784, 2048, 256, 10]));
-    bench_model(c, "cnn", CnnConfig::new().init::<B>(&device));
+    let name = |model: &str| format!("{backend}-{model}");
+    bench_model(c, &name("mlp_100k"), mlp(&[784, 128, 10]));
+    bench_model(c, &name("mlp_2m"), mlp(&[784, 2048, 256, 10]));
+    bench_model(c, &name("cnn"), CnnConfig::new().init::<B>(&device));
+}
+
+fn sam_cost(c: &mut Criterion) {
+    #[cfg(feature = "flex")]
+    bench_backend::<Autodiff<burn::backend::Flex>>(c, "flex");
+    #[cfg(feature = "ndarray")]
+    bench_backend::<Autodiff<burn::backend::NdArray>>(c, "ndarray");
+    #[cfg(feature = "tch")]
+    bench_backend::<Autodiff<burn::backend::LibTorch>>(c, "libtorch");
+    #[cfg(feature = "vulkan")]
+    bench_backend::<Autodiff<burn::backend::Vulkan>>(c, "vulkan");
 }
 
 criterion_group!(benches, sam_cost);

@@ -137,8 +137,9 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// The suite on LibTorch from the `torch` Python package, f32 and f64.
-pub fn test_tch() {
+/// The environment that builds and runs burn-tch against the `torch` Python package's
+/// LibTorch, or why there is none.
+pub fn torch_env() -> Result<[(&'static str, String); 2], String> {
     let out = Command::new("python3")
         .args([
             "-c",
@@ -147,18 +148,27 @@ pub fn test_tch() {
         .output();
     let torch = match out {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        _ => fail(
-            "python3 cannot import torch: `pip install torch==2.9.0` (burn-tch 0.21 uses tch 0.22)",
-        ),
+        _ => {
+            return Err(
+                "python3 cannot import torch: `pip install torch==2.9.0` (burn-tch 0.21 \
+                        uses tch 0.22)"
+                    .into(),
+            )
+        }
     };
     let library_path = match std::env::var("LD_LIBRARY_PATH") {
         Ok(path) if !path.is_empty() => format!("{torch}/lib:{path}"),
         _ => format!("{torch}/lib"),
     };
-    let env = [
+    Ok([
         ("LIBTORCH_USE_PYTORCH", "1".to_string()),
         ("LD_LIBRARY_PATH", library_path),
-    ];
+    ])
+}
+
+/// The suite on LibTorch from the `torch` Python package, f32 and f64.
+pub fn test_tch() {
+    let env = torch_env().unwrap_or_else(|why| fail(&why));
     run_with(
         "cargo",
         &[

@@ -1,12 +1,15 @@
-//! `cargo xtask bench`: runs `benches/sam_cost.rs` and, when `torch` is installed,
-//! `reference/bench_torch.py`, and prints the ratios users care about.
+//! `cargo xtask bench`: runs `benches/sam_cost.rs` on every backend this machine has (Flex
+//! and NdArray always, LibTorch when the `torch` Python package is installed, Vulkan when
+//! Mesa's lavapipe or a GPU driver is) and, with `torch`, `reference/bench_torch.py`; prints
+//! the ratios users care about, per backend.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-use crate::run;
+use crate::backends::{lavapipe_installed, torch_env};
+use crate::run_with;
 
 const MODELS: [&str; 3] = ["mlp_100k", "mlp_2m", "cnn"];
 
@@ -47,14 +50,46 @@ fn torch_timings() -> Result<Value, String> {
 }
 
 pub fn bench() {
-    run("cargo", &["bench", "--bench", "sam_cost"]);
+    let mut backends = vec!["flex", "ndarray"];
+    let mut features = vec!["flex", "ndarray"];
+    let mut env = Vec::new();
+    match torch_env() {
+        Ok(torch) => {
+            backends.push("libtorch");
+            features.push("tch");
+            env.extend(torch);
+        }
+        Err(why) => eprintln!("No LibTorch: {why}"),
+    }
+    if lavapipe_installed() {
+        backends.push("vulkan");
+        features.push("vulkan");
+    } else {
+        eprintln!("No Vulkan: `apt-get install -y mesa-vulkan-drivers` runs it on the CPU");
+    }
+    let features = features.join(",");
+    run_with(
+        "cargo",
+        &["bench", "--bench", "sam_cost", "--features", &features],
+        &env,
+    );
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let criterion = PathBuf::from(target).join("criterion");
     let torch = torch_timings();
-    let ms = |model: &str, function: &str| mean_ms(&criterion, model, function);
-    let facts: Vec<Value> = MODELS
+    // (backend, model): every table has one row per backend and model.
+    let rows: Vec<(&str, &str)> = backends
         .iter()
-        .map(|model| read_json(&criterion.join(format!("{model}.json"))))
+        .flat_map(|backend| MODELS.iter().map(move |model| (*backend, *model)))
+        .collect();
+    let group = |backend: &str, model: &str| format!("{backend}-{model}");
+    let ms = |(backend, model): (&str, &str), function: &str| {
+        mean_ms(&criterion, &group(backend, model), function)
+    };
+    let facts: Vec<Value> = rows
+        .iter()
+        .map(|(backend, model)| {
+            read_json(&criterion.join(format!("{}.json", group(backend, model))))
+        })
         .collect();
     // Ratios come from the paired (interleaved) medians, times from criterion's means.
     let ratio = |facts: &Value, top: &str, bottom: &str| {
@@ -66,18 +101,19 @@ pub fn bench() {
         paired(top) / paired(bottom)
     };
 
-    println!("\nSAM's cost on Flex (batch 128, SGD base). Two passes: two forward/backward passes and one");
+    println!("\nSAM's cost per backend (batch 128, SGD base). Two passes: two forward/backward passes and one");
     println!("base step, SAM's floor; the limit of sam_over_base is about 2.0. Times: criterion's means;");
     println!("ratios: medians of 15 interleaved rounds (one step of each function per round):\n");
-    println!("| model | params | base step | two passes | SAM step | sam_over_base | sam_over_two_passes | ASAM step | asam_over_base | device reads per SAM step | PyTorch base | PyTorch SAM | PyTorch sam_over_base |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (model, facts) in MODELS.iter().zip(&facts) {
+    println!("| backend | model | params | base step | two passes | SAM step | sam_over_base | sam_over_two_passes | ASAM step | asam_over_base | device reads per SAM step | PyTorch base | PyTorch SAM | PyTorch sam_over_base |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (&(backend, model), facts) in rows.iter().zip(&facts) {
+        let row = (backend, model);
         let (base, sam, asam) = (
-            ms(model, "base_step"),
-            ms(model, "sam_step"),
-            ms(model, "asam_step"),
+            ms(row, "base_step"),
+            ms(row, "sam_step"),
+            ms(row, "asam_step"),
         );
-        let two_passes = ms(model, "two_passes_step");
+        let two_passes = ms(row, "two_passes_step");
         let torch_cells = match &torch {
             Ok(torch) => format!(
                 "{:.2} ms | {:.2} ms | {:.3}",
@@ -88,7 +124,7 @@ pub fn bench() {
             Err(_) => "- | - | -".to_string(),
         };
         println!(
-            "| {model} | {} | {base:.2} ms | {two_passes:.2} ms | {sam:.2} ms | {:.3} | {:.3} | {asam:.2} ms | {:.3} | {} | {torch_cells} |",
+            "| {backend} | {model} | {} | {base:.2} ms | {two_passes:.2} ms | {sam:.2} ms | {:.3} | {:.3} | {asam:.2} ms | {:.3} | {} | {torch_cells} |",
             facts["params"],
             ratio(facts, "sam_step", "base_step"),
             ratio(facts, "sam_step", "two_passes_step"),
@@ -106,15 +142,18 @@ pub fn bench() {
     }
 
     println!("\nf16 parameters (real f16 arithmetic, f32 master weights in both):\n");
-    println!("| model | unscaled f16 SAM | scaled f16 SAM | scaled_over_unscaled_f16 | device reads per scaled step |");
-    println!("|---|---|---|---|---|");
-    for (model, facts) in MODELS.iter().zip(&facts) {
+    println!("| backend | model | unscaled f16 SAM | scaled f16 SAM | scaled_over_unscaled_f16 | device reads per scaled step |");
+    println!("|---|---|---|---|---|---|");
+    for (&(backend, model), facts) in rows.iter().zip(&facts) {
+        if facts["paired_ms"].get("scaled_f16_sam_step").is_none() {
+            continue; // no f16 on this backend
+        }
         let (unscaled, scaled) = (
-            ms(model, "unscaled_f16_sam_step"),
-            ms(model, "scaled_f16_sam_step"),
+            ms((backend, model), "unscaled_f16_sam_step"),
+            ms((backend, model), "scaled_f16_sam_step"),
         );
         println!(
-            "| {model} | {unscaled:.2} ms | {scaled:.2} ms | {:.3} | {} |",
+            "| {backend} | {model} | {unscaled:.2} ms | {scaled:.2} ms | {:.3} | {} |",
             ratio(facts, "scaled_f16_sam_step", "unscaled_f16_sam_step"),
             facts["scaled_f16_sam_step_device_reads"]
         );
@@ -125,18 +164,19 @@ pub fn bench() {
     );
     println!("Window passes: the 4 forward/backward passes and one base step without weighting or summing,");
     println!("accumulation's floor.\n");
-    println!("| model | large batch | window passes | accum4 | accum4_over_large_batch | window_passes_over_large_batch | accum4_over_window_passes | peak heap, large batch | peak heap, accum4 | memory ratio |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (model, facts) in MODELS.iter().zip(&facts) {
-        let (large, accum) = (ms(model, "large_batch_step"), ms(model, "accum4_step"));
-        let passes = ms(model, "window_passes_step");
+    println!("| backend | model | large batch | window passes | accum4 | accum4_over_large_batch | window_passes_over_large_batch | accum4_over_window_passes | peak heap, large batch | peak heap, accum4 | memory ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for (&(backend, model), facts) in rows.iter().zip(&facts) {
+        let row = (backend, model);
+        let (large, accum) = (ms(row, "large_batch_step"), ms(row, "accum4_step"));
+        let passes = ms(row, "window_passes_step");
         let mib = |key: &str| facts[key].as_f64().expect("peak bytes") / (1024.0 * 1024.0);
         let (large_mib, accum_mib) = (
             mib("large_batch_step_peak_bytes"),
             mib("accum4_step_peak_bytes"),
         );
         println!(
-            "| {model} | {large:.2} ms | {passes:.2} ms | {accum:.2} ms | {:.3} | {:.3} | {:.3} | {large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2} |",
+            "| {backend} | {model} | {large:.2} ms | {passes:.2} ms | {accum:.2} ms | {:.3} | {:.3} | {:.3} | {large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2} |",
             ratio(facts, "accum4_step", "large_batch_step"),
             ratio(facts, "window_passes_step", "large_batch_step"),
             ratio(facts, "accum4_step", "window_passes_step"),
