@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: runs `benches/sam_cost.rs` on every backend this machine has (Flex
 //! and NdArray always, LibTorch when the `torch` Python package is installed, Vulkan when
-//! Mesa's lavapipe or a GPU driver is) and, with `torch`, `reference/bench_torch.py`; prints
-//! the ratios users care about, per backend.
+//! Mesa's lavapipe is) and, with `torch`, `reference/bench_torch.py`; prints the ratios users
+//! care about, per backend.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
