@@ -27,7 +27,7 @@ use burn::train::{
     ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
     TrainOutput, TrainStep,
 };
-use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord};
+use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet, Rng};
@@ -648,4 +648,40 @@ fn a_plain_optimizer_accumulates_to_burns_large_batch() {
     );
     let difference = max_difference(&weights(&large), &weights(&accumulated));
     assert!(difference < 1e-5, "plain SGD, accumulated: {difference}");
+}
+
+#[test]
+fn every_variant_in_the_learner_equals_its_step_with() {
+    // One epoch, unshuffled: `SamTraining` must run the passes each step takes (one on
+    // LookSAM's cheap steps; a second pass there would start the next step), so the Learner's
+    // weights equal `step_with`'s over the same batches.
+    for variant in [
+        SamVariant::Gsam { alpha: 0.3 },
+        SamVariant::LookSam { k: 3, alpha: 0.7 },
+        SamVariant::friendly_sam(),
+    ] {
+        let config = SamConfig::new().with_rho(0.1).with_variant(variant.clone());
+        let model = model();
+        let mut by_hand = config.init(sgd());
+        let mut expected = model.clone();
+        for batch in train_loader(16, None).iter() {
+            let step = by_hand.step_with(0.05, expected, |m: &Model| m.loss(&batch));
+            expected = step.unwrap().module;
+        }
+
+        let optim = config.init(sgd());
+        let strategy = SamTraining::new(Default::default(), &optim);
+        let learner = Learner::new(model, optim, 0.05);
+        let name = format!("variant-{}", variant.name());
+        let trained = run(
+            &artifacts(&name),
+            train_loader(16, None),
+            1,
+            learner,
+            Some(strategy),
+            None,
+        );
+        let difference = max_difference(&weights(&trained), &weights(&expected.valid()));
+        assert!(difference < 1e-6, "{}: {difference}", variant.name());
+    }
 }

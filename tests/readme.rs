@@ -65,6 +65,36 @@ fn quick_start() -> Result {
 }
 
 #[test]
+fn sam_family() -> Result {
+    let (lr, batches) = (0.05, batches(10));
+    let mut model = model();
+    // readme: sam-family
+    use burn::optim::SgdConfig;
+    use burn_sam::{RhoSchedule, SamConfig, SamVariant};
+
+    // LookSAM: a full SAM step every 5 steps, one pass on the others.
+    let mut optim = SamConfig::new()
+        .with_rho(0.1)
+        .with_variant(SamVariant::LookSam { k: 5, alpha: 0.7 })
+        // The radius follows the learning rate: 0.1 at lr 0.05, 0.02 at lr 0.
+        .with_rho_schedule(Some(RhoSchedule::new(0.0, 0.05, 0.02)))
+        .try_init(SgdConfig::new().init())?;
+
+    for batch in batches {
+        // `step_with` runs the passes this step takes; `needs_ascent` says how many.
+        let two_passes = optim.needs_ascent();
+        model = optim
+            .step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?
+            .module;
+        println!("two passes: {two_passes}");
+    }
+    // readme-end
+    assert_eq!(optim.stats().steps, 10);
+    drop(model);
+    Ok(())
+}
+
+#[test]
 fn mixed_precision() -> Result {
     let (lr, batch) = (0.05, batches(1).remove(0));
     let model = model();

@@ -9,7 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
 use burn_sam::{
     LossScaleHandle, LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam,
-    SamConfig, SamRecord,
+    SamConfig, SamRecord, SamVariant, StepOutcome,
 };
 use burn_sam_accum::{
     AccumError, Accumulation, AccumulationConfig, MicroBatch, SamMode, Window, WindowOptimizer,
@@ -158,32 +158,43 @@ pub fn plain_trajectory_equals_the_large_batch<B: AutodiffBackend>() {
 /// Five steps of exact SAM (SGD with momentum): accumulated, and on the union.
 pub fn exact_sam_trajectory_equals_the_large_batch<B: AutodiffBackend>() {
     let problem = problem::<B>(5);
-    let sam = || {
-        let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new()));
-        SamConfig::new().with_rho(0.1).init(sgd.init())
-    };
     let sizes: [&[usize]; 5] = [&[3, 4, 1], &[5, 3], &[1, 1, 6], &[8], &[2, 2, 4]];
+    for variant in [
+        SamVariant::Sam,
+        SamVariant::Gsam { alpha: 0.3 },
+        SamVariant::LookSam { k: 2, alpha: 0.7 },
+        SamVariant::friendly_sam(),
+    ] {
+        let sam = || {
+            let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new()));
+            let config = SamConfig::new().with_rho(0.1).with_variant(variant.clone());
+            config.init(sgd.init())
+        };
+        let mut optim = sam();
+        let mut expected = problem.model.clone();
+        for batch in &problem.batches {
+            let step = optim.step_with(0.1, expected, |m: &Mlp<B>| loss(m, batch));
+            expected = step.unwrap().module;
+        }
 
-    let mut optim = sam();
-    let mut expected = problem.model.clone();
-    for batch in &problem.batches {
-        let step = optim.step_with(0.1, expected, |m: &Mlp<B>| loss(m, batch));
-        expected = step.unwrap().module;
+        let mut accumulation = AccumulationConfig::new(3).init(sam());
+        let mut model = problem.model.clone();
+        for (batch, sizes) in problem.batches.iter().zip(sizes) {
+            let two_passes = accumulation.optimizer().needs_ascent();
+            let step = accumulation
+                .step(0.1, model, &split(batch, sizes), loss::<B>)
+                .unwrap();
+            let report = step.report.sam.expect("a SAM report");
+            assert!(step.report.applied);
+            assert_eq!(two_passes, report.outcome == StepOutcome::Applied);
+            assert!(!two_passes || report.ascent_grad_norm > 0.0);
+            model = step.module;
+        }
+        let error = relative_error(&tensors(&model), &tensors(&expected));
+        let what = variant.name();
+        assert!(error <= trajectory_tolerance::<B>(), "{what}: {error:e}");
+        assert_eq!(accumulation.optimizer().stats().steps, 5, "{what}");
     }
-
-    let mut accumulation = AccumulationConfig::new(3).init(sam());
-    let mut model = problem.model.clone();
-    for (batch, sizes) in problem.batches.iter().zip(sizes) {
-        let step = accumulation
-            .step(0.1, model, &split(batch, sizes), loss::<B>)
-            .unwrap();
-        let report = step.report.sam.expect("a SAM report");
-        assert!(step.report.applied && report.ascent_grad_norm > 0.0);
-        model = step.module;
-    }
-    let error = relative_error(&tensors(&model), &tensors(&expected));
-    assert!(error <= trajectory_tolerance::<B>(), "{error:e}");
-    assert_eq!(accumulation.optimizer().stats().steps, 5);
 }
 
 /// A partial window steps with what it holds, normalised by what it holds: the same as one
@@ -347,6 +358,23 @@ pub fn bad_windows_are_refused<B: AutodiffBackend>() {
     assert_eq!(refuse(&mixed), AccumError::MixedItemCounts);
     let error = AccumulationConfig::new(0).try_init(()).unwrap_err();
     assert!(error.to_string().contains("`window` = 0"), "{error}");
+
+    // m-sharpness perturbs each micro-batch on its own: only plain SAM defines that.
+    let gsam = SamConfig::new()
+        .with_variant(SamVariant::gsam())
+        .init(SgdConfig::new().init());
+    let mut accumulation = AccumulationConfig::new(2)
+        .with_sam_mode(SamMode::PerMicroBatch)
+        .init(gsam);
+    let failed = accumulation
+        .step(0.1, model.clone(), &split(batch, &[4, 4]), loss::<B>)
+        .unwrap_err();
+    assert_eq!(
+        failed.error,
+        AccumError::VariantNeedsExactMode { variant: "GSAM" }
+    );
+    assert_eq!(tensors(&failed.module), tensors(&model));
+    assert!(failed.to_string().contains("SamMode::Exact"), "{failed}");
 
     // A loss computed with another module than the one the closure gets.
     let other = problem::<B>(1).model;

@@ -24,7 +24,7 @@ pub fn non_finite_ascent_falls_back_to_base_step<B: AutodiffBackend>() {
         let mut sam = SamConfig::new().init(AdamConfig::new().init());
         let mut grads = batch_grads(&model, batch);
         poison(&model, &mut grads, value);
-        let perturbed = sam.ascend(model.clone(), grads).unwrap();
+        let perturbed = sam.ascend(0.1, model.clone(), grads).unwrap();
         assert_eq!(
             tensors(&perturbed),
             tensors(&model),
@@ -54,7 +54,7 @@ pub fn non_finite_descent_changes_nothing<B: AutodiffBackend>() {
 
     for value in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
         let perturbed = sam
-            .ascend(model.clone(), batch_grads(&model, batch))
+            .ascend(0.1, model.clone(), batch_grads(&model, batch))
             .unwrap();
         assert_ne!(tensors(&perturbed), before);
         let mut grads = batch_grads(&perturbed, batch);

@@ -37,7 +37,7 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     assert!(message.contains("without an ascent"));
 
     let failed = sam
-        .ascend(model.clone(), batch_grads(&other, batch))
+        .ascend(0.1, model.clone(), batch_grads(&other, batch))
         .unwrap_err();
     let foreign = SamError::ForeignGradients {
         gradients: 4,
@@ -50,10 +50,10 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     );
 
     let perturbed = sam
-        .ascend(model.clone(), batch_grads(&model, batch))
+        .ascend(0.1, model.clone(), batch_grads(&model, batch))
         .unwrap();
     let failed = sam
-        .ascend(perturbed.clone(), batch_grads(&perturbed, batch))
+        .ascend(0.1, perturbed.clone(), batch_grads(&perturbed, batch))
         .unwrap_err();
     refused(failed, SamError::AscentPending, &perturbed);
 
@@ -73,7 +73,7 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     // Foreign gradients in the descent end the step unfinished, with the weights of before
     // the ascent.
     let perturbed = sam
-        .ascend(stepped.clone(), batch_grads(&stepped, batch))
+        .ascend(0.1, stepped.clone(), batch_grads(&stepped, batch))
         .unwrap();
     let failed = sam
         .descend(0.1, perturbed.clone(), batch_grads(&other, batch))
@@ -116,7 +116,7 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
         .init(SgdConfig::new().init());
 
     let failed = sam
-        .ascend(model.clone(), batch_grads(&model, batch))
+        .ascend(0.1, model.clone(), batch_grads(&model, batch))
         .unwrap_err();
     let message = refused(failed, SamError::UnscaledLoss, &model);
     assert!(message.contains("scale_loss") && message.contains("SamTraining"));
@@ -128,21 +128,27 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
         let grads = sam.scale_loss(loss).backward();
         burn::optim::GradientsParams::from_grads(grads, model)
     };
-    let perturbed = sam.ascend(model.clone(), scaled(&sam, &model)).unwrap();
+    let perturbed = sam
+        .ascend(0.1, model.clone(), scaled(&sam, &model))
+        .unwrap();
     let failed = sam
         .descend(0.1, perturbed.clone(), batch_grads(&perturbed, batch))
         .unwrap_err();
     refused(failed, SamError::UnscaledLoss, &model);
-    let perturbed = sam.ascend(model.clone(), scaled(&sam, &model)).unwrap();
+    let perturbed = sam
+        .ascend(0.1, model.clone(), scaled(&sam, &model))
+        .unwrap();
     let grads = scaled(&sam, &perturbed);
     sam.descend(0.1, perturbed, grads).unwrap();
 
     // A loss scaled in a step that ended without using it does not vouch for the next one.
-    let perturbed = sam.ascend(model.clone(), scaled(&sam, &model)).unwrap();
+    let perturbed = sam
+        .ascend(0.1, model.clone(), scaled(&sam, &model))
+        .unwrap();
     drop(scaled(&sam, &perturbed));
     let restored = sam.restore(perturbed).unwrap();
     let failed = sam
-        .ascend(restored.clone(), batch_grads(&restored, batch))
+        .ascend(0.1, restored.clone(), batch_grads(&restored, batch))
         .unwrap_err();
     refused(failed, SamError::UnscaledLoss, &restored);
 
@@ -186,7 +192,7 @@ pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
         .init(SgdConfig::new().init::<B, Mlp<B>>());
     let handle = sam.loss_scale_handle();
     let failed = sam
-        .ascend(model.clone(), scaled(&handle, &model, true))
+        .ascend(0.1, model.clone(), scaled(&handle, &model, true))
         .unwrap_err();
     assert_eq!(tensors(&failed.module), tensors(&model));
     stopped(failed.to_string());
@@ -197,7 +203,7 @@ pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
         .init(SgdConfig::new().init::<B, Mlp<B>>());
     let handle = sam.loss_scale_handle();
     let perturbed = sam
-        .ascend(model.clone(), scaled(&handle, &model, false))
+        .ascend(0.1, model.clone(), scaled(&handle, &model, false))
         .unwrap();
     let grads = scaled(&handle, &perturbed, true);
     let failed = sam.descend(0.1, perturbed, grads).unwrap_err();
@@ -212,7 +218,7 @@ pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
 
     let mut sam = SamConfig::new().init(SgdConfig::new().init());
     let perturbed = sam
-        .ascend(model.clone(), batch_grads(&model, batch))
+        .ascend(0.1, model.clone(), batch_grads(&model, batch))
         .unwrap();
     let (x, y) = batch;
     let failed = sam

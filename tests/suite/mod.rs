@@ -9,6 +9,7 @@
 
 pub mod accumulation;
 pub mod batchnorm;
+pub mod family;
 pub mod faults;
 pub mod misuse;
 pub mod mixed_precision;
@@ -59,6 +60,16 @@ macro_rules! backend_suite {
                 parity_asam_sgd => parity::run::<B>("asam_sgd"),
                 parity_asam_eta_sgd => parity::run::<B>("asam_eta_sgd"),
                 parity_sam_adam => parity::run::<B>("sam_adam"),
+                parity_gsam_sgd => family::run::<B>("gsam_sgd"),
+                parity_gsam_schedule_sgd_momentum => family::run::<B>("gsam_schedule_sgd_momentum"),
+                parity_looksam_sgd => family::run::<B>("looksam_sgd"),
+                parity_looksam_sgd_momentum => family::run::<B>("looksam_sgd_momentum"),
+                parity_fsam_sgd => family::run::<B>("fsam_sgd"),
+                parity_fsam_sgd_momentum => family::run::<B>("fsam_sgd_momentum"),
+                parity_sam_picked_sgd => family::run::<B>("sam_picked_sgd"),
+                family_records_resume_every_variant_exactly => family::records_resume_every_variant_exactly::<B>(),
+                family_variants_reduce_to_sam => family::variants_reduce_to_sam::<B>(),
+                family_perturb_only_picks_by_type_and_path => family::perturb_only_picks_by_type_and_path::<B>(),
                 rho_zero_equals_base_optimizer => semantics::rho_zero_equals_base_optimizer::<B>(),
                 api_forms_agree => semantics::api_forms_agree::<B>(),
                 frozen_and_unused_parameters_untouched => semantics::frozen_and_unused_parameters_untouched::<B>(),
@@ -96,7 +107,10 @@ macro_rules! f16_suite {
             util::use_float_dtype::<B>(burn::tensor::FloatDType::F16),
             [
                 ascent_moves_by_rho_and_descent_by_the_true_gradient => mixed_precision::ascent_moves_by_rho_and_descent_by_the_true_gradient::<B>(),
-                faults_never_reach_the_weights => mixed_precision::faults_never_reach_the_weights::<B>(),
+                faults_never_reach_the_weights => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::Sam, 1200),
+                faults_never_reach_the_weights_gsam => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::gsam(), 300),
+                faults_never_reach_the_weights_looksam => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::LookSam { k: 3, alpha: 0.7 }, 300),
+                faults_never_reach_the_weights_friendly_sam => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::friendly_sam(), 300),
                 underflowing_gradients_train_with_scaling => mixed_precision::underflowing_gradients_train_with_scaling::<B>(),
                 master_weights_keep_small_updates => mixed_precision::master_weights_keep_small_updates::<B>(),
                 record_round_trip_resumes_exactly => mixed_precision::record_round_trip_resumes_exactly::<B>(),

@@ -10,13 +10,30 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 use burn_sam::SamConfig;
 use burn_sam_suite::{Mlp, MlpConfig};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::util::{assert_close, grads, mse, tensors, tolerance};
 
 #[derive(Deserialize)]
-struct Fixture {
-    cases: Vec<Case>,
+struct Fixture<C> {
+    cases: Vec<C>,
+}
+
+/// The case of the fixture `json` whose `"name"` is `name`.
+pub fn fixture_case<C: DeserializeOwned>(json: &str, name: &str) -> C {
+    #[derive(Deserialize)]
+    struct Named {
+        name: String,
+    }
+    let names: Fixture<Named> = serde_json::from_str(json).expect("fixture");
+    let index = names
+        .cases
+        .iter()
+        .position(|case| case.name == name)
+        .unwrap_or_else(|| panic!("no case {name} in the fixture"));
+    let mut cases: Fixture<C> = serde_json::from_str(json).expect("fixture");
+    cases.cases.swap_remove(index)
 }
 
 #[derive(Deserialize)]
@@ -36,34 +53,43 @@ struct Case {
 }
 
 fn case(name: &str) -> Case {
-    let fixture: Fixture =
-        serde_json::from_str(include_str!("../fixtures/sam_reference.json")).expect("fixture");
-    fixture
-        .cases
-        .into_iter()
-        .find(|case| case.name == name)
-        .unwrap_or_else(|| panic!("no case {name} in the fixture"))
+    fixture_case(include_str!("../fixtures/sam_reference.json"), name)
 }
 
-fn tensor<B: AutodiffBackend, const D: usize>(values: &[f64], shape: [usize; D]) -> Tensor<B, D> {
+pub fn tensor<B: AutodiffBackend, const D: usize>(
+    values: &[f64],
+    shape: [usize; D],
+) -> Tensor<B, D> {
     Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
 }
 
-fn model<B: AutodiffBackend>(case: &Case) -> Mlp<B> {
-    let mut model: Mlp<B> = MlpConfig::new(case.sizes.clone()).init(&Default::default());
+/// The MLP of layer `sizes` with the reference's initial weights (Burn's layout).
+pub fn reference_model<B: AutodiffBackend>(sizes: &[usize], init: &[Vec<f64>]) -> Mlp<B> {
+    let mut model: Mlp<B> = MlpConfig::new(sizes.to_vec()).init(&Default::default());
     for (i, layer) in model.layers.iter_mut().enumerate() {
-        let (d_in, d_out) = (case.sizes[i], case.sizes[i + 1]);
-        layer.weight = Param::from_tensor(tensor(&case.init[2 * i], [d_in, d_out]));
-        layer.bias = Some(Param::from_tensor(tensor(&case.init[2 * i + 1], [d_out])));
+        let (d_in, d_out) = (sizes[i], sizes[i + 1]);
+        layer.weight = Param::from_tensor(tensor(&init[2 * i], [d_in, d_out]));
+        layer.bias = Some(Param::from_tensor(tensor(&init[2 * i + 1], [d_out])));
     }
     model
+}
+
+/// torch's SGD with the reference's options (`momentum`, no dampening).
+pub fn torch_sgd<B: AutodiffBackend>(options: &HashMap<String, f64>) -> impl Optimizer<Mlp<B>, B> {
+    let momentum = options.get("momentum").map(|&momentum| {
+        // torch's SGD has no dampening by default; Burn's default is 0.1.
+        MomentumConfig::new()
+            .with_momentum(momentum)
+            .with_dampening(0.0)
+    });
+    SgdConfig::new().with_momentum(momentum).init()
 }
 
 /// Runs the case through `Optimizer::step`, twice per batch, and compares every step.
 fn follow<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(case: &Case, mut optim: O) {
     let (d_in, d_out) = (case.sizes[0], *case.sizes.last().unwrap());
     let lr = case.options["lr"];
-    let mut model = model::<B>(case);
+    let mut model = reference_model::<B>(&case.sizes, &case.init);
     // Burn's Adam computes its bias corrections `sqrt(1 - beta_2^t)` from f32 hyperparameters
     // in f32 (6e-6 relative error at t = 2): plain Adam already differs from torch's by that
     // fraction of each update, whatever SAM does.
@@ -95,16 +121,7 @@ pub fn run<B: AutodiffBackend>(name: &str) {
         .with_adaptive(case.adaptive)
         .with_eta(case.eta);
     match case.optimizer.as_str() {
-        "sgd" => {
-            let momentum = case.options.get("momentum").map(|&momentum| {
-                // torch's SGD has no dampening by default; Burn's default is 0.1.
-                MomentumConfig::new()
-                    .with_momentum(momentum)
-                    .with_dampening(0.0)
-            });
-            let base = SgdConfig::new().with_momentum(momentum).init();
-            follow::<B, _>(&case, sam.init(base));
-        }
+        "sgd" => follow::<B, _>(&case, sam.init(torch_sgd::<B>(&case.options))),
         "adam" => {
             let base = AdamConfig::new()
                 .with_epsilon(case.options["eps"] as f32)

@@ -73,7 +73,7 @@ pub fn api_forms_agree<B: AutodiffBackend>() {
     let mut explicit = problem.model.clone();
     for batch in &problem.batches {
         let grads = batch_grads(&explicit, batch);
-        let perturbed = optim.ascend(explicit, grads).unwrap();
+        let perturbed = optim.ascend(lr, explicit, grads).unwrap();
         let grads = batch_grads(&perturbed, batch);
         explicit = optim.descend(lr, perturbed, grads).unwrap().0;
     }
@@ -140,7 +140,7 @@ pub fn frozen_and_unused_parameters_untouched<B: AutodiffBackend>() {
     let mut model = model;
     for _ in 0..5 {
         let grads = model.grads(x.clone());
-        let perturbed = optim.ascend(model, grads).unwrap();
+        let perturbed = optim.ascend(0.1, model, grads).unwrap();
         assert_eq!(
             tensors(&perturbed.frozen),
             frozen,

@@ -49,28 +49,57 @@ fn torch_timings() -> Result<Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|error| format!("bad JSON from torch: {error}"))
 }
 
-pub fn bench() {
-    let mut backends = vec!["flex", "ndarray"];
-    let mut features = vec!["flex", "ndarray"];
-    let mut env = Vec::new();
+/// A backend's name in the tables, its cargo feature, and the environment it runs with.
+type BenchBackend = (&'static str, &'static str, Vec<(&'static str, String)>);
+
+/// The backends this machine can run.
+fn available_backends() -> Vec<BenchBackend> {
+    let mut backends = vec![
+        ("flex", "flex", Vec::new()),
+        ("ndarray", "ndarray", Vec::new()),
+    ];
     match torch_env() {
-        Ok(torch) => {
-            backends.push("libtorch");
-            features.push("tch");
-            env.extend(torch);
-        }
+        Ok(torch) => backends.push(("libtorch", "tch", torch.into())),
         Err(why) => eprintln!("No LibTorch: {why}"),
     }
     if lavapipe_installed() {
-        backends.push("vulkan");
-        features.push("vulkan");
+        backends.push(("vulkan", "vulkan", Vec::new()));
     } else {
         eprintln!("No Vulkan: `apt-get install -y mesa-vulkan-drivers` runs it on the CPU");
     }
+    backends
+}
+
+/// Runs the benchmarks on `only` (every available backend when empty) and prints the tables.
+pub fn bench(only: &[&str]) {
+    let available = available_backends();
+    for name in only {
+        if !available.iter().any(|(backend, ..)| backend == name) {
+            let names: Vec<_> = available.iter().map(|(backend, ..)| *backend).collect();
+            crate::fail(&format!(
+                "`--backends`: {name} is not available here; available: {}",
+                names.join(", ")
+            ));
+        }
+    }
+    let chosen: Vec<_> = available
+        .into_iter()
+        .filter(|(backend, ..)| only.is_empty() || only.contains(backend))
+        .collect();
+    let backends: Vec<&str> = chosen.iter().map(|(backend, ..)| *backend).collect();
+    let features: Vec<&str> = chosen.iter().map(|(_, feature, _)| *feature).collect();
+    let env: Vec<(&str, String)> = chosen.into_iter().flat_map(|(.., env)| env).collect();
     let features = features.join(",");
     run_with(
         "cargo",
-        &["bench", "--bench", "sam_cost", "--features", &features],
+        &[
+            "bench",
+            "--bench",
+            "sam_cost",
+            "--no-default-features",
+            "--features",
+            &features,
+        ],
         &env,
     );
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());

@@ -7,8 +7,10 @@
 //! - `gpu-bundle`: the GPU check as a folder to carry to a GPU host without Rust.
 //! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16.
 //! - `test-tch`: the suite on LibTorch (the `torch` Python package's), f32 and f64.
-//! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch`).
-//! - `bench`: runs the benchmarks on Flex and prints SAM's cost against its limits.
+//! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch` and
+//!   `pytorch_optimizer==4.1.0`).
+//! - `bench [--backends a,b]`: runs the benchmarks on every backend this machine has (or the
+//!   ones named) and prints SAM's cost against its limits.
 
 mod backends;
 mod bench;
@@ -123,11 +125,13 @@ fn main() {
         ["reference"] => {
             run("python3", &["reference/sam_reference.py"]);
             run("python3", &["reference/scaler_reference.py"]);
+            run("python3", &["reference/family_reference.py"]);
         }
-        ["bench"] => bench::bench(),
+        ["bench"] => bench::bench(&[]),
+        ["bench", "--backends", list] => bench::bench(&list.split(',').collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci | test-gpu | gpu-bundle | test-vulkan | test-tch | reference | bench>"
+                "usage: cargo xtask <ci | test-gpu | gpu-bundle | test-vulkan | test-tch | reference | bench [--backends flex,ndarray,libtorch,vulkan]>"
             );
             exit(2);
         }

@@ -5,7 +5,7 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{LearningRate, Optimizer, SimpleOptimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::{LossScaleHandle, LossScaled, Sam, StepError, StepOutcome, StepReport};
+use burn_sam::{LossScaleHandle, LossScaled, Sam, StepError, StepReport};
 
 use crate::error::or_hand_back;
 use crate::sam_window;
@@ -39,7 +39,8 @@ pub struct WindowReport {
 /// [`LossScaled`] and [`Sam`].
 pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M, B> {
     /// Forward and backward passes over the same micro-batches per optimizer step: 2 for
-    /// [`Sam`] (ascent, then descent), 1 otherwise.
+    /// [`Sam`] (ascent, then descent), 1 otherwise. A `Sam` step takes 1 where its handle's
+    /// [`LossScaleHandle::single_pass_step`] says so (LookSAM between its full steps).
     const PASSES: usize;
     /// Whether `Optimizer::step` takes f32 gradients for parameters narrower than f32 (it
     /// unscales them and steps through master weights); otherwise accumulated gradients are
@@ -158,7 +159,7 @@ where
             SamMode::PerMicroBatch => sam_window::per_micro_batch(self, lr, module, window)?,
         };
         let report = WindowReport {
-            applied: step.outcome == StepOutcome::Applied,
+            applied: step.outcome.applied(),
             micro_batches: window.len(),
             grad_norm: step.descent_grad_norm,
             loss_scale,

@@ -4,7 +4,7 @@
 use burn::module::AutodiffModule;
 use burn::optim::{LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::{Sam, StepError, StepReport};
+use burn_sam::{Sam, SamVariant, StepError, StepReport};
 
 use crate::error::or_hand_back;
 use crate::grad_sum::GradSum;
@@ -13,7 +13,7 @@ use crate::{AccumError, Window};
 type WindowResult<M> = Result<(M, StepReport), StepError<M, AccumError>>;
 
 /// SAM on the large batch: the ascent with the window's gradient at `w`, the descent with the
-/// window's gradient at `w + e`.
+/// window's gradient at `w + e`; a one-pass step (LookSAM) descends with the gradient at `w`.
 pub(crate) fn exact<O, M, B, T>(
     sam: &mut Sam<O>,
     lr: LearningRate,
@@ -27,7 +27,10 @@ where
 {
     let scale = sam.loss_scale_handle();
     let grads = or_hand_back!(window.gradient(&module, &scale), module);
-    let perturbed = sam.ascend(module, grads).map_err(widen_error)?;
+    if !sam.needs_ascent() {
+        return sam.descend(lr, module, grads).map_err(widen_error);
+    }
+    let perturbed = sam.ascend(lr, module, grads).map_err(widen_error)?;
     if ascent_overflowed(sam) {
         return sam.skip(perturbed).map_err(widen_error);
     }
@@ -50,6 +53,13 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
+    let variant = &sam.config().variant;
+    if *variant != SamVariant::Sam {
+        let error = AccumError::VariantNeedsExactMode {
+            variant: variant.name(),
+        };
+        return Err(StepError { module, error });
+    }
     let scale = sam.loss_scale_handle();
     let mut descent = GradSum::default();
     let last = window.len() - 1;
@@ -57,7 +67,7 @@ where
     loop {
         // The perturbation divides by the norm: the ascent gradient needs no weight.
         let grads = or_hand_back!(window.micro_gradient(index, &module, &scale, 1.0), module);
-        let perturbed = sam.ascend(module, grads).map_err(widen_error)?;
+        let perturbed = sam.ascend(lr, module, grads).map_err(widen_error)?;
         if ascent_overflowed(sam) {
             return sam.skip(perturbed).map_err(widen_error);
         }

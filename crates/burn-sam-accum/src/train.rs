@@ -238,7 +238,7 @@ where
         processor: &mut SupervisedTrainingEventProcessor<LC>,
         interrupter: &Interrupter,
     ) {
-        let passes = <LC::Optimizer as WindowOptimizer<_, _>>::PASSES;
+        let most_passes = <LC::Optimizer as WindowOptimizer<_, _>>::PASSES;
         let overflows = self.loss_scale.overflows();
         let mut iterator = loader.iter();
         let mut iteration = 0;
@@ -256,6 +256,10 @@ where
             learner.lr_step();
             let lr = learner.lr_current();
             let weights = self.weights(&inputs);
+            let passes = match self.loss_scale.single_pass_step() {
+                true => 1,
+                false => most_passes,
+            };
             for pass in 1..=passes {
                 let mut report = |index: usize, item: Output<LC>| {
                     if pass > 1 {

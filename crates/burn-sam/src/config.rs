@@ -1,13 +1,15 @@
 use burn::config::Config;
 
 use crate::precision::MixedPrecision;
-use crate::{ConfigError, LossScalerConfig, Sam};
+use crate::{ConfigError, LossScalerConfig, RhoSchedule, Sam, SamVariant};
 
-/// Configuration of [`Sam`]: Sharpness-Aware Minimization (Foret et al., 2021) and its
-/// adaptive variant ASAM (Kwon et al., 2021).
+/// Configuration of [`Sam`]: Sharpness-Aware Minimization (Foret et al., 2021), its adaptive
+/// form ASAM (Kwon et al., 2021), and the variants of [`SamVariant`] (GSAM, LookSAM,
+/// Friendly-SAM).
 ///
 /// The perturbation is `e = rho * a^2 * g / (||a * g|| + eps)`, with `a = 1` for SAM and
-/// `a = |w| + eta` for ASAM, the norm taken over all parameters with a gradient.
+/// `a = |w| + eta` for ASAM, the norm taken over all parameters with a gradient (or those
+/// [`SamConfig::perturb_only`] picks). Friendly-SAM replaces `g` by its own direction.
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
@@ -42,6 +44,21 @@ pub struct SamConfig {
     /// (without them, updates below half an f16 ulp of the weight are rounded away).
     #[config(default = true)]
     pub master_weights: bool,
+    /// The member of the SAM family to run.
+    #[config(default = "SamVariant::Sam")]
+    pub variant: SamVariant,
+    /// A radius that follows the learning rate (GSAM's schedule), `rho` at its `lr_max`;
+    /// `None` keeps `rho` constant.
+    #[config(default = "None")]
+    pub rho_schedule: Option<RhoSchedule>,
+    /// Perturb only the parameters these names pick: module types (`"BatchNorm"`,
+    /// `"LayerNorm"`: SAM-ON's normalisation layers, Mueller et al., NeurIPS 2023) or dotted
+    /// path prefixes (`"encoder.norm"`, `"layers.0"`). The norm runs over the picked
+    /// parameters; every parameter is still stepped. `None` perturbs all. Allowed: a list of
+    /// one or more non-empty names; a step where they pick nothing is refused
+    /// ([`SamError::NothingPicked`](crate::SamError::NothingPicked)).
+    #[config(default = "None")]
+    pub perturb_only: Option<Vec<String>>,
 }
 
 impl SamConfig {
@@ -80,6 +97,14 @@ impl SamConfig {
         Ok(Sam::new(self.clone(), base, precision))
     }
 
+    /// The radius at learning rate `lr`: `rho`, or what [`SamConfig::rho_schedule`] gives.
+    pub fn rho_at(&self, lr: f64) -> f64 {
+        match &self.rho_schedule {
+            Some(schedule) => schedule.rho_at(self.rho, lr),
+            None => self.rho,
+        }
+    }
+
     /// Checks every field against its allowed range.
     ///
     /// ```
@@ -108,7 +133,19 @@ impl SamConfig {
             self.eps,
             "finite and > 0",
             self.eps.is_finite() && self.eps > 0.0,
-        )
+        )?;
+        if let Some(names) = &self.perturb_only {
+            check(
+                "perturb_only",
+                names.len() as f64,
+                "one or more names, none empty (the value is how many were given)",
+                !names.is_empty() && names.iter().all(|name| !name.is_empty()),
+            )?;
+        }
+        if let Some(schedule) = &self.rho_schedule {
+            schedule.validate(self.rho)?;
+        }
+        self.variant.validate()
     }
 }
 

@@ -111,6 +111,14 @@ pub enum SamError {
     UnscaledLoss,
     /// The loss scale hit its minimum and kept overflowing (`max_overflows_at_min`).
     LossScale(LossScaleError),
+    /// `ascend` was called on a step that takes one pass (LookSAM between its full steps):
+    /// call `descend` with the gradient at the unperturbed weights ([`Sam::needs_ascent`](crate::Sam::needs_ascent)).
+    SinglePassStep,
+    /// [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picked no parameter of the module.
+    NothingPicked {
+        /// The names given.
+        names: Vec<String>,
+    },
     /// The backend cannot compute in the float type parameters were to be cast to.
     UnsupportedDType {
         /// The float type asked for.
@@ -163,6 +171,17 @@ impl fmt::Display for SamError {
                  strategy cannot scale the loss)"
             ),
             Self::LossScale(error) => error.fmt(f),
+            Self::SinglePassStep => write!(
+                f,
+                "SAM ascent on a one-pass step (LookSAM between its full steps): call \
+                 `descend` with the gradient at the unperturbed weights; `needs_ascent` \
+                 says which steps take two passes"
+            ),
+            Self::NothingPicked { names } => write!(
+                f,
+                "`SamConfig::perturb_only` = {names:?} picks no parameter of the module: name \
+                 module types (\"BatchNorm\") or dotted paths (\"encoder.norm\") it has"
+            ),
             Self::UnsupportedDType { dtype, backend } => write!(
                 f,
                 "the {backend} backend does not compute in {dtype:?} on this device: train \

@@ -9,8 +9,8 @@ use burn::tensor::Tensor;
 
 use crate::{widen, LossScaler};
 
-/// A shared view of an optimizer's loss scale and overflow count, and the way code that
-/// computes its gradients scales their loss. It follows every update and loaded record of the
+/// A shared view of an optimizer's loss scale, overflow count and next step's passes, and the
+/// way code that computes its gradients scales their loss. It follows every update and loaded record of the
 /// optimizer it came from ([`Sam::loss_scale_handle`](crate::Sam::loss_scale_handle),
 /// [`LossScaled::loss_scale_handle`](crate::LossScaled::loss_scale_handle)) and of its clones.
 ///
@@ -41,6 +41,7 @@ struct Shared {
     overflows: AtomicU64,
     loss_scaled: AtomicBool,
     strategy_step: AtomicBool,
+    single_pass: AtomicBool,
 }
 
 impl LossScaleHandle {
@@ -51,6 +52,7 @@ impl LossScaleHandle {
             overflows: AtomicU64::new(scaler.map_or(0, LossScaler::overflows)),
             loss_scaled: AtomicBool::new(false),
             strategy_step: AtomicBool::new(false),
+            single_pass: AtomicBool::new(false),
         }))
     }
 
@@ -91,6 +93,17 @@ impl LossScaleHandle {
     /// stepped by Burn's default `Learner` strategy.
     pub fn announce_strategy_step(&self) {
         self.0.strategy_step.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the optimizer's next step takes one forward and backward pass where a
+    /// [`Sam`](crate::Sam) step takes two (LookSAM between its full steps): what a training
+    /// strategy asks before running the step's passes.
+    pub fn single_pass_step(&self) -> bool {
+        self.0.single_pass.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn publish_single_pass(&self, single_pass: bool) {
+        self.0.single_pass.store(single_pass, Ordering::Relaxed);
     }
 
     pub(crate) fn publish(&self, scaler: &LossScaler) {

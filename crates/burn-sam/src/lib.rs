@@ -1,5 +1,6 @@
-//! Sharpness-Aware Minimization (SAM, Foret et al. 2021) and ASAM for the Burn framework, as a
-//! decorator over any Burn optimizer.
+//! Sharpness-Aware Minimization (SAM, Foret et al. 2021), ASAM and the SAM family (GSAM,
+//! LookSAM, Friendly-SAM; [`SamVariant`]) for the Burn framework, as a decorator over any Burn
+//! optimizer.
 //!
 //! ```
 //! use burn::backend::{Autodiff, Flex};
@@ -35,6 +36,7 @@ mod cast;
 mod config;
 pub mod diagnostics;
 mod error;
+mod filter;
 mod float;
 mod handle;
 mod loss_scaled;
@@ -43,8 +45,10 @@ mod norm;
 mod param_map;
 mod perturb;
 mod precision;
+mod rules;
 mod sam;
 mod scaler;
+mod variant;
 
 pub use cast::{cast_params, try_cast_params};
 pub use config::SamConfig;
@@ -54,8 +58,10 @@ pub use handle::LossScaleHandle;
 pub use loss_scaled::{LossScaled, LossScaledConfig};
 pub use norm::grad_norm;
 pub use precision::{guarded_step, MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
+pub use rules::{ParamValuesRecord, VariantRecord};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
+pub use variant::{RhoSchedule, SamVariant};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

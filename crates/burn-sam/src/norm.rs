@@ -1,7 +1,9 @@
 //! The global gradient norm, read back in one device sync: the check that keeps non-finite
 //! gradients away from the weights, and SAM's denominator.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use std::collections::HashSet;
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
@@ -23,7 +25,7 @@ pub(crate) fn weighted<B: Backend, const D: usize>(
     }
 }
 
-/// `||x||^2`, as a reduction on every backend but Flex.
+/// `||x||^2`, as a reduction on every backend but Flex (shape `[1]`).
 ///
 /// Flex needs its own form: it sums sequentially, through a temporary `x^2`, while its matmul
 /// is parallel and reads `x` once, so there the dot product `[1, n] x [n, 1]` is what keeps
@@ -32,7 +34,7 @@ pub(crate) fn weighted<B: Backend, const D: usize>(
 /// pads the 1x1 output to a full micro-kernel tile (33 ms against 1.7 ms for the reduction,
 /// 2.1M values: SAM went from 1.44 to 1.07 times two passes), and GPU matmuls are not built
 /// for a 1x1 output while their reductions are parallel.
-fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
+pub(crate) fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
     if B::name(&x.device()) != "flex" {
         return x.square().sum();
     }
@@ -63,21 +65,24 @@ pub fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
 ) -> Result<f64, SamError> {
-    unscaled_norm(module, grads, None, 1.0)
+    unscaled_norm(module, grads, None, 1.0, None)
 }
 
 /// `sqrt(sum_p ||a_p * g_p||^2) / loss_scale` over the parameters of `module` that have a
-/// gradient, read back in one device sync. Every step decides with it: a finite norm lets the
-/// gradients be used, any other skips them.
+/// gradient (and are in `picked`, when given), read back in one device sync. Every step
+/// decides with it: a finite norm lets the gradients be used, any other skips them; a
+/// non-finite gradient of a parameter left out of the norm makes it NaN too.
 pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
     eta: Option<f64>,
     loss_scale: f32,
+    picked: Option<&HashSet<ParamId>>,
 ) -> Result<f64, SamError> {
     let mut visitor = SquaredNorm::<B> {
         grads,
         eta,
+        picked,
         sum: None,
         matched: 0,
     };
@@ -98,6 +103,7 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
 struct SquaredNorm<'a, B: AutodiffBackend> {
     grads: &'a GradientsParams,
     eta: Option<f64>,
+    picked: Option<&'a HashSet<ParamId>>,
     sum: Option<Tensor<B::InnerBackend, 1>>,
     matched: usize,
 }
@@ -108,7 +114,13 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
             return;
         };
         self.matched += 1;
-        let squares = squared_norm(weighted(param.val().inner(), widen(grad), self.eta, 1));
+        let squares = if self.picked.is_none_or(|picked| picked.contains(&param.id)) {
+            squared_norm(weighted(param.val().inner(), widen(grad), self.eta, 1))
+        } else {
+            // 0 for finite gradients, NaN for any inf or NaN: left out of the norm, still
+            // checked by it.
+            widen(grad).sum().mul_scalar(0.0)
+        };
         self.sum = Some(match self.sum.take() {
             Some(sum) => {
                 let dtype = sum.dtype();

@@ -34,6 +34,15 @@ impl ParamMap {
         self.0.get(id)?.downcast_ref()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds every entry of `other`, replacing those with the same id.
+    pub fn extend(&mut self, other: ParamMap) {
+        self.0.extend(other.0);
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &ParamId> {
         self.0.keys()
     }

@@ -1,7 +1,9 @@
 //! SAM's move to `w + e(w)`, which keeps every float tensor of the module, and the exact
 //! restore from what it kept.
 
-use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use std::collections::HashSet;
+
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
@@ -11,12 +13,14 @@ use crate::norm::weighted;
 use crate::param_map::ParamMap;
 use crate::widen;
 
-/// Moves every parameter with a gradient to `w + scale * a^2 * g` and keeps every float
-/// tensor of the module (perturbed or not) in `snapshot`.
+/// Moves every parameter with a gradient (that `picked` holds, when given) to
+/// `w + scale * a^2 * g` and keeps every float tensor of the module (perturbed or not) in
+/// `snapshot`.
 pub(crate) struct Perturb {
     pub grads: GradientsParams,
     pub eta: Option<f64>,
     pub scale: f64,
+    pub picked: Option<HashSet<ParamId>>,
     pub snapshot: ParamMap,
 }
 
@@ -24,8 +28,12 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
         self.snapshot.insert(id, tensor.clone());
+        let picked = self
+            .picked
+            .as_ref()
+            .is_none_or(|picked| picked.contains(&id));
         let tensor = match self.grads.remove::<B::InnerBackend, D>(id) {
-            Some(grad) if self.scale != 0.0 => {
+            Some(grad) if self.scale != 0.0 && picked => {
                 let require_grad = tensor.is_require_grad();
                 let weight = tensor.inner();
                 let dtype = weight.dtype();

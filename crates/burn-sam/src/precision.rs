@@ -2,7 +2,7 @@
 //! parameters through f32 master weights (Micikevicius et al., "Mixed Precision Training"),
 //! only ever with finite gradients.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
@@ -87,10 +87,26 @@ impl MixedPrecision {
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
+        self.picked_grad_norm(module, grads, eta, None)
+    }
+
+    /// [`MixedPrecision::grad_norm`] over the `picked` parameters, with the others still
+    /// checked for being finite.
+    pub fn picked_grad_norm<M, B>(
+        &self,
+        module: &M,
+        grads: &GradientsParams,
+        eta: Option<f64>,
+        picked: Option<&HashSet<ParamId>>,
+    ) -> Result<f64, SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
         if self.scaler.is_some() && !self.handle.take_loss_scaled() {
             return Err(SamError::UnscaledLoss);
         }
-        unscaled_norm(module, grads, eta, self.loss_scale())
+        unscaled_norm(module, grads, eta, self.loss_scale(), picked)
     }
 
     /// The one scale update of an optimizer step.

@@ -6,26 +6,33 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use crate::error::or_hand_back;
+use crate::filter::picked;
 use crate::merge::merge_devices;
 use crate::param_map::ParamMap;
 use crate::perturb::{snapshot_covers, sync_running_states, Perturb, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
+use crate::rules::{Rules, VariantRecord};
 use crate::{LossScaleHandle, LossScaler, SamConfig, SamError, StepError};
 
-/// Sharpness-Aware Minimization over any Burn optimizer `O`.
+/// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
+/// ([`SamVariant`](crate::SamVariant)).
 ///
 /// Each batch takes two passes. The ascent moves the weights `w` to `w + e(w)` and keeps `w`;
 /// the descent puts `w` back and lets `O` step it with the gradient taken at `w + e(w)`.
+/// LookSAM's steps between its full ones take one pass ([`Sam::needs_ascent`] is false): the
+/// descent alone, with the gradient at `w`.
 ///
 /// Three ways to drive it:
-/// - [`Sam::step_with`]: one call that runs both passes with a loss closure.
+/// - [`Sam::step_with`]: one call that runs the step's passes with a loss closure.
 /// - [`Sam::ascend`] and [`Sam::descend`]: the two phases, for loops that compute gradients
-///   themselves. Errors are values that hand the module back ([`StepError`]).
-/// - as an [`Optimizer`], for generic code: `step` twice per batch, each time after a forward
-///   and backward pass on the same batch. The first call is the ascent (it returns the
-///   perturbed module), the second the descent. Burn's default `Learner` strategy steps once
-///   per batch and so cannot run SAM: use `burn_sam_accum::train::SamTraining` there. The
-///   first `step` outside such a strategy prints a one-time warning saying so.
+///   themselves (skip `ascend` when [`Sam::needs_ascent`] is false). Errors are values that
+///   hand the module back ([`StepError`]).
+/// - as an [`Optimizer`], for generic code: `step` after each forward and backward pass on
+///   the same batch, twice per batch (once where `needs_ascent` is false). The first call is
+///   the ascent (it returns the perturbed module), the second the descent. Burn's default
+///   `Learner` strategy steps once per batch and so cannot run SAM: use
+///   `burn_sam_accum::train::SamTraining` there. The first `step` outside such a strategy
+///   prints a one-time warning saying so.
 ///
 /// With loss scaling on, every phase needs the gradients of a loss scaled by this optimizer
 /// ([`Sam::scale_loss`], or the [`LossScaleHandle`]'s): a phase whose loss nobody scaled is
@@ -56,12 +63,17 @@ pub struct Sam<O> {
     pending: Option<Pending>,
     stats: SamStats,
     precision: MixedPrecision,
+    rules: Rules,
 }
 
 /// What the ascent leaves for the descent.
 #[derive(Clone)]
 struct Pending {
     snapshot: ParamMap,
+    /// The ascent gradient, for variants whose descent combines it (GSAM, LookSAM).
+    kept: ParamMap,
+    /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
+    variant_state: ParamMap,
     grad_norm: f64,
     /// False when the ascent overflowed: it then made this step's one loss-scale update.
     perturbed: bool,
@@ -95,6 +107,8 @@ pub struct SamRecord {
     pub stats: SamStats,
     /// Loss scaler and f32 master weights.
     pub mixed_precision: MixedPrecisionRecord,
+    /// The variant's state (Friendly-SAM's momentum, LookSAM's cycle and kept direction).
+    pub variant: VariantRecord,
 }
 
 /// What one SAM step did.
@@ -107,6 +121,16 @@ pub enum StepOutcome {
     AscentSkipped,
     /// The descent gradient was not finite: weights and base optimizer state are unchanged.
     UpdateSkipped,
+    /// A one-pass LookSAM step: stepped with the gradient at the weights plus the direction
+    /// kept by the last full step.
+    SinglePass,
+}
+
+impl StepOutcome {
+    /// Whether the base optimizer stepped.
+    pub fn applied(self) -> bool {
+        self != Self::UpdateSkipped
+    }
 }
 
 /// The outcome of one step and the gradient norms it saw.
@@ -114,7 +138,8 @@ pub enum StepOutcome {
 pub struct StepReport {
     /// What happened.
     pub outcome: StepOutcome,
-    /// `||a * g||` of the ascent gradient (SAM: `a = 1`), the norm the perturbation divides by.
+    /// `||a * g||` of the ascent direction (SAM: `a = 1`, the gradient), the norm the
+    /// perturbation divides by (NaN on a one-pass step, which has no ascent).
     pub ascent_grad_norm: f64,
     /// `||g||` of the descent gradient, the one the base optimizer steps with (NaN after
     /// [`Sam::skip`], which has none).
@@ -137,12 +162,19 @@ pub struct SamStep<M, B: AutodiffBackend> {
 impl<O> Sam<O> {
     pub(crate) fn new(config: SamConfig, base: O, precision: MixedPrecision) -> Self {
         Self {
+            rules: Rules::new(config.variant.clone(), config.eps),
             config,
             base,
             pending: None,
             stats: SamStats::default(),
             precision,
         }
+    }
+
+    /// Whether this step takes SAM's two passes (ascend, then descend): false on LookSAM's
+    /// steps between its full ones, which take one pass, straight to [`Sam::descend`].
+    pub fn needs_ascent(&self) -> bool {
+        self.pending.is_none() && self.rules.needs_ascent()
     }
 
     /// The loss scaler, when loss scaling is on.
@@ -187,12 +219,19 @@ impl<O> Sam<O> {
         self.pending.is_some()
     }
 
+    /// Tells strategies that hold only the handle how many passes the next step takes.
+    fn publish_passes(&self) {
+        let single_pass = !self.rules.needs_ascent();
+        self.precision.handle().publish_single_pass(single_pass);
+    }
+
     fn eta(&self) -> Option<f64> {
         self.config.adaptive.then_some(self.config.eta)
     }
 
     /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
-    /// and keeps `w` for [`Sam::descend`].
+    /// and keeps `w` for [`Sam::descend`]. `lr` is this step's learning rate, which the
+    /// radius follows under a [`SamConfig::rho_schedule`].
     ///
     /// `grads` may be loss-scaled ([`Sam::scale_loss`]): the norm is unscaled for free.
     /// When the gradient is not finite (an overflow) the module is returned unperturbed, the
@@ -204,8 +243,15 @@ impl<O> Sam<O> {
     /// With `module` handed back unchanged and nothing pending: an ascent is already pending
     /// ([`SamError::AscentPending`]), `grads` hold parameters `module` does not have
     /// ([`SamError::ForeignGradients`]), loss scaling is on and no loss was scaled
-    /// ([`SamError::UnscaledLoss`]), or the loss scale's hard stop ([`SamError::LossScale`]).
-    pub fn ascend<M, B>(&mut self, module: M, grads: GradientsParams) -> Result<M, StepError<M>>
+    /// ([`SamError::UnscaledLoss`]), the step takes one pass ([`SamError::SinglePassStep`]),
+    /// [`SamConfig::perturb_only`] picks nothing ([`SamError::NothingPicked`]), or the loss
+    /// scale's hard stop ([`SamError::LossScale`]).
+    pub fn ascend<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
@@ -213,8 +259,33 @@ impl<O> Sam<O> {
         if self.pending.is_some() {
             return Err(StepError::new(module, SamError::AscentPending));
         }
+        if !self.rules.needs_ascent() {
+            return Err(StepError::new(module, SamError::SinglePassStep));
+        }
+        let picked = self.config.perturb_only.as_ref().map(|names| {
+            let picked = picked(&module, names);
+            (picked, names)
+        });
+        if let Some((ids, names)) = &picked {
+            if ids.is_empty() {
+                let names = names.to_vec();
+                return Err(StepError::new(module, SamError::NothingPicked { names }));
+            }
+        }
+        let picked = picked.map(|(ids, _)| ids);
+        let loss_scale = self.loss_scale();
+        let ascent = or_hand_back!(
+            self.rules
+                .ascent(&module, grads, loss_scale, picked.as_ref()),
+            module
+        );
         let grad_norm = or_hand_back!(
-            self.precision.grad_norm(&module, &grads, self.eta()),
+            self.precision.picked_grad_norm(
+                &module,
+                &ascent.direction,
+                self.eta(),
+                picked.as_ref()
+            ),
             module
         );
         let perturbed = grad_norm.is_finite();
@@ -222,23 +293,26 @@ impl<O> Sam<O> {
             log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
             or_hand_back!(self.precision.update(true), module);
         }
-        // e = rho * a^2 * g / (||a g|| + eps), with g = scaled gradient / loss_scale.
+        // e = rho * a^2 * d / (||a d|| + eps), with d = scaled direction / loss_scale.
         let scale = if perturbed {
-            let loss_scale = f64::from(self.loss_scale());
-            self.config.rho / (loss_scale * (grad_norm + self.config.eps))
+            let rho = self.config.rho_at(lr);
+            rho / (f64::from(loss_scale) * (grad_norm + self.config.eps))
         } else {
             0.0
         };
         sync_running_states(&module);
         let mut perturb = Perturb {
-            grads,
+            grads: ascent.direction,
             eta: self.eta(),
             scale,
+            picked,
             snapshot: ParamMap::default(),
         };
         let module = module.map(&mut perturb);
         self.pending = Some(Pending {
             snapshot: perturb.snapshot,
+            kept: ascent.kept,
+            variant_state: ascent.state,
             grad_norm,
             perturbed,
         });
@@ -246,7 +320,9 @@ impl<O> Sam<O> {
     }
 
     /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
-    /// base optimizer using `grads`, the gradient taken at the perturbed `module`.
+    /// base optimizer using `grads`, the gradient taken at the perturbed `module` (GSAM
+    /// combines it with the ascent's). On a one-pass step (LookSAM between its full steps,
+    /// [`Sam::needs_ascent`] false), the whole step: `grads` is the gradient at `module`.
     ///
     /// Running statistics (BatchNorm) are restored to their values after the first pass, as
     /// if the batch had been seen once. `grads` may be loss-scaled: they are unscaled in f32
@@ -272,19 +348,37 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        or_hand_back!(self.check_pending(&module), module);
+        let two_passes = self.pending.is_some();
+        if two_passes || self.rules.needs_ascent() {
+            or_hand_back!(self.check_pending(&module), module);
+        }
         let loss_scale = self.loss_scale();
         let descent = self.precision.grad_norm(&module, &grads, None);
-        let (module, pending) = self.put_back(module);
+        let (module, mut pending) = match two_passes {
+            true => self.put_back(module),
+            false => (module, Pending::single_pass()),
+        };
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent_grad_norm = or_hand_back!(descent, module);
+        let grads = match descent_grad_norm.is_finite() && pending.perturbed {
+            true => {
+                self.rules
+                    .descent(&module, grads, &pending.kept, loss_scale, descent_grad_norm)
+            }
+            false => grads,
+        };
         let (module, applied) =
             self.precision
                 .step_if_finite(&mut self.base, lr, module, grads, descent_grad_norm);
-        let outcome = match (applied, pending.perturbed) {
-            (false, _) => StepOutcome::UpdateSkipped,
-            (true, false) => StepOutcome::AscentSkipped,
-            (true, true) => StepOutcome::Applied,
+        if applied && pending.perturbed {
+            self.rules
+                .commit_ascent(core::mem::take(&mut pending.variant_state));
+        }
+        let outcome = match (applied, two_passes, pending.perturbed) {
+            (false, ..) => StepOutcome::UpdateSkipped,
+            (true, false, _) => StepOutcome::SinglePass,
+            (true, true, false) => StepOutcome::AscentSkipped,
+            (true, true, true) => StepOutcome::Applied,
         };
         let report = or_hand_back!(
             self.finish(&pending, outcome, descent_grad_norm, loss_scale),
@@ -373,6 +467,11 @@ impl<O> Sam<O> {
         self.stats.steps += 1;
         self.stats.ascents_skipped += u64::from(!pending.perturbed);
         self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
+        self.rules.advance(matches!(
+            outcome,
+            StepOutcome::Applied | StepOutcome::SinglePass
+        ));
+        self.publish_passes();
         if pending.perturbed {
             self.precision
                 .update(outcome == StepOutcome::UpdateSkipped)?;
@@ -387,8 +486,9 @@ impl<O> Sam<O> {
         Ok(report)
     }
 
-    /// Both passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the base
-    /// optimizer steps `w`. Returns the updated module, the first pass's loss and a report.
+    /// The step's passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the
+    /// base optimizer steps `w`; on a one-pass step ([`Sam::needs_ascent`] false) `loss` is
+    /// evaluated once. Returns the updated module, the first pass's loss and a report.
     /// With loss scaling the losses are scaled before each backward pass: the closure is the
     /// same as in f32 training.
     pub fn step_with<M, B, F>(
@@ -408,7 +508,15 @@ impl<O> Sam<O> {
         // once it is back-propagated: the base optimizer can then update them in place.
         let first_value = first.clone().detach();
         let grads = GradientsParams::from_grads(self.scale_loss(first).backward(), &module);
-        let perturbed = self.ascend(module, grads)?;
+        if !self.rules.needs_ascent() {
+            let (module, report) = self.descend(lr, module, grads)?;
+            return Ok(SamStep {
+                module,
+                loss: first_value,
+                report,
+            });
+        }
+        let perturbed = self.ascend(lr, module, grads)?;
         let second = self.scale_loss(loss(&perturbed));
         let grads = GradientsParams::from_grads(second.backward(), &perturbed);
         let (module, report) = self.descend(lr, perturbed, grads)?;
@@ -417,6 +525,19 @@ impl<O> Sam<O> {
             loss: first_value,
             report,
         })
+    }
+}
+
+impl Pending {
+    /// A one-pass step's: nothing perturbed, nothing kept, the scale update still to make.
+    fn single_pass() -> Self {
+        Self {
+            snapshot: ParamMap::default(),
+            kept: ParamMap::default(),
+            variant_state: ParamMap::default(),
+            grad_norm: f64::NAN,
+            perturbed: true,
+        }
     }
 }
 
@@ -456,8 +577,8 @@ where
         if !self.precision.handle().take_strategy_step() {
             warn_outside_strategy();
         }
-        let stepped = if self.pending.is_none() {
-            self.ascend(module, grads)
+        let stepped = if self.needs_ascent() {
+            self.ascend(lr, module, grads)
         } else {
             self.descend(lr, module, grads).map(|(module, _)| module)
         };
@@ -475,6 +596,7 @@ where
         let own = SamRecord {
             stats: self.stats,
             mixed_precision: self.precision.to_record::<B>(),
+            variant: self.rules.to_record::<B>(),
         };
         (self.base.to_record(), own)
     }
@@ -483,6 +605,8 @@ where
         self.base = self.base.load_record(base);
         self.stats = own.stats;
         self.precision.load_record(own.mixed_precision);
+        self.rules.load_record(own.variant);
+        self.publish_passes();
         self.pending = None;
         self
     }

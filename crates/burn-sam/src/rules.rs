@@ -1,0 +1,431 @@
+//! What each member of the SAM family changes around SAM's two passes: the ascent direction
+//! (Friendly-SAM), the gradient the base optimizer steps with (GSAM, LookSAM), and which steps
+//! take one pass (LookSAM); with the per-parameter state they keep between steps.
+//!
+//! Gradients arrive multiplied by the loss scale `S`. Every rule below is linear in the
+//! gradients it combines, so it runs on scaled gradients and yields scaled ones; only state
+//! kept across steps (whose scale may differ) is stored unscaled.
+
+use std::collections::HashSet;
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::record::Record;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+
+use crate::diagnostics::read_back;
+use crate::norm::squared_norm;
+use crate::param_map::ParamMap;
+use crate::{widen, SamError, SamVariant};
+
+/// The variant and its state: LookSAM's position in its cycle, and by parameter (flattened,
+/// unscaled, in the gradients' widened float type) Friendly-SAM's momentum `m` or LookSAM's
+/// kept direction `g_v`; as `Vec<f64>` when loaded from a record, until a step puts it on the
+/// device.
+#[derive(Clone)]
+pub(crate) struct Rules {
+    variant: SamVariant,
+    eps: f64,
+    cycle: u64,
+    state: ParamMap,
+}
+
+/// The state of a SAM variant, saved in [`SamRecord`](crate::SamRecord).
+#[derive(Record, Clone, Debug, Default)]
+pub struct VariantRecord {
+    /// LookSAM: steps taken in its cycle (a full step at every multiple of `k`).
+    pub cycle: u64,
+    /// Friendly-SAM's gradient momentum or LookSAM's kept direction, per parameter.
+    pub tensors: Vec<ParamValuesRecord>,
+}
+
+/// One parameter's state tensor, flattened.
+#[derive(Record, Clone, Debug)]
+pub struct ParamValuesRecord {
+    /// The parameter's id, serialized.
+    pub id: String,
+    /// The values, exactly (f64 holds every f16, f32 and f64 value).
+    pub values: Vec<f64>,
+}
+
+/// What the ascent computed from its gradient: the direction to perturb along and normalise
+/// (scaled), what the descent needs of the gradient, and the state to keep once it is known
+/// to be finite.
+pub(crate) struct AscentGradients {
+    pub direction: GradientsParams,
+    pub kept: ParamMap,
+    pub state: ParamMap,
+}
+
+impl Rules {
+    pub fn new(variant: SamVariant, eps: f64) -> Self {
+        Self {
+            variant,
+            eps,
+            cycle: 0,
+            state: ParamMap::default(),
+        }
+    }
+
+    /// False on LookSAM's steps between full ones: they take one pass.
+    pub fn needs_ascent(&self) -> bool {
+        match self.variant {
+            SamVariant::LookSam { k, .. } => self.cycle.is_multiple_of(k as u64),
+            _ => true,
+        }
+    }
+
+    /// The ascent's direction from its gradient `grads`: `g - sigma * S * m` for Friendly-SAM
+    /// (`g` on its first step), `g` for the others; GSAM and LookSAM keep `g` for the descent.
+    pub fn ascent<B, M>(
+        &self,
+        module: &M,
+        grads: GradientsParams,
+        loss_scale: f32,
+        picked: Option<&HashSet<ParamId>>,
+    ) -> Result<AscentGradients, SamError>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+    {
+        let keep = matches!(
+            self.variant,
+            SamVariant::Gsam { .. } | SamVariant::LookSam { .. }
+        );
+        let momentum = match self.variant {
+            SamVariant::FriendlySam { sigma, lambda } => Some((sigma, lambda)),
+            _ => None,
+        };
+        if !keep && momentum.is_none() {
+            return Ok(AscentGradients {
+                direction: grads,
+                kept: ParamMap::default(),
+                state: ParamMap::default(),
+            });
+        }
+        let mut visitor = AscentVisitor {
+            grads: &grads,
+            rules: self,
+            picked,
+            keep,
+            momentum,
+            inverse_scale: 1.0 / f64::from(loss_scale),
+            loss_scale: f64::from(loss_scale),
+            out: AscentGradients {
+                direction: GradientsParams::new(),
+                kept: ParamMap::default(),
+                state: ParamMap::default(),
+            },
+            matched: 0,
+        };
+        module.visit(&mut visitor);
+        if visitor.matched != grads.len() {
+            return Err(SamError::ForeignGradients {
+                gradients: grads.len(),
+                matched: visitor.matched,
+            });
+        }
+        Ok(visitor.out)
+    }
+
+    /// Keeps the state the ascent computed, once its step is applied: a skipped step leaves
+    /// the variant's state as it was, like the base optimizer's.
+    pub fn commit_ascent(&mut self, ascent_state: ParamMap) {
+        self.state.extend(ascent_state);
+    }
+
+    /// The gradient the base optimizer steps with, from the finite descent gradient `grads`
+    /// (unscaled norm `grad_norm`) and what the ascent kept (nothing on a one-pass step).
+    pub fn descent<B, M>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+        kept: &ParamMap,
+        loss_scale: f32,
+        grad_norm: f64,
+    ) -> GradientsParams
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+    {
+        let rule = match self.variant {
+            SamVariant::Gsam { alpha } => {
+                let Some((dot, kept_squares)) = gsam_sums::<B, M>(module, &grads, kept) else {
+                    return grads;
+                };
+                // GSAM's `cos * ||g|| / (||g_p|| + eps)` with the authors' eps placement, from
+                // unscaled sums; it stays a device scalar: no read.
+                let scale = f64::from(loss_scale);
+                let kept_norm = kept_squares.sqrt().div_scalar(scale);
+                let cosine = dot
+                    .div_scalar(scale * scale)
+                    .div(kept_norm.clone().mul_scalar(grad_norm).add_scalar(self.eps));
+                let coefficient = (cosine * kept_norm).div_scalar(grad_norm + self.eps);
+                DescentRule::Gsam { alpha, coefficient }
+            }
+            SamVariant::LookSam { alpha, .. } if kept.is_empty() => DescentRule::LookSamReuse {
+                alpha,
+                state: &self.state,
+            },
+            SamVariant::LookSam { .. } => DescentRule::LookSamKeep {
+                eps: self.eps,
+                inverse_scale: 1.0 / f64::from(loss_scale),
+                state: ParamMap::default(),
+            },
+            _ => return grads,
+        };
+        let mut visitor = DescentVisitor::<B> {
+            grads,
+            kept,
+            rule,
+            out: GradientsParams::new(),
+        };
+        module.visit(&mut visitor);
+        let (out, rule) = (visitor.out, visitor.rule);
+        if let DescentRule::LookSamKeep { state, .. } = rule {
+            // A full step replaces every kept direction: one without a gradient now has none.
+            self.state = state;
+        }
+        out
+    }
+
+    /// Counts a finished step: LookSAM's cycle moves on only with steps that did their part
+    /// (a full step whose perturbed gradient was applied, or a one-pass step applied), so an
+    /// overflowing full step is retried rather than leaving the cycle without a direction.
+    pub fn advance(&mut self, did_its_part: bool) {
+        if did_its_part {
+            self.cycle += 1;
+        }
+    }
+
+    pub fn to_record<B: AutodiffBackend>(&self) -> VariantRecord {
+        let values = |id: &ParamId| match self.state.get::<Tensor<B::InnerBackend, 1>>(id) {
+            Some(tensor) => Some(read_back(tensor.clone()).iter::<f64>().collect()),
+            None => self.state.get::<Vec<f64>>(id).cloned(),
+        };
+        VariantRecord {
+            cycle: self.cycle,
+            tensors: self
+                .state
+                .iter()
+                .filter_map(|id| {
+                    Some(ParamValuesRecord {
+                        id: id.serialize(),
+                        values: values(id)?,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    pub fn load_record(&mut self, record: VariantRecord) {
+        self.cycle = record.cycle;
+        self.state = ParamMap::default();
+        for tensor in record.tensors {
+            self.state
+                .insert(ParamId::deserialize(&tensor.id), tensor.values);
+        }
+    }
+}
+
+/// The state tensor of `id`, shaped and typed like `like`: from the device, or from a record.
+fn state_like<B: Backend, const D: usize>(
+    state: &ParamMap,
+    id: &ParamId,
+    like: &Tensor<B, D>,
+) -> Option<Tensor<B, D>> {
+    let shape = like.shape();
+    let flat = match state.get::<Tensor<B, 1>>(id) {
+        Some(tensor) => tensor.clone(),
+        None => {
+            let values = state.get::<Vec<f64>>(id)?.clone();
+            let data = TensorData::new(values, [shape.num_elements()]);
+            Tensor::from_data(data, (&like.device(), like.dtype()))
+        }
+    };
+    (flat.dims()[0] == shape.num_elements()).then(|| flat.reshape(shape))
+}
+
+fn flat<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, 1> {
+    let n = tensor.shape().num_elements();
+    tensor.reshape([n])
+}
+
+/// A `[1]` tensor broadcast against `D` dimensions.
+fn broadcast<B: Backend, const D: usize>(scalar: Tensor<B, 1>) -> Tensor<B, D> {
+    scalar.reshape([1; D])
+}
+
+struct AscentVisitor<'a> {
+    grads: &'a GradientsParams,
+    rules: &'a Rules,
+    picked: Option<&'a HashSet<ParamId>>,
+    keep: bool,
+    momentum: Option<(f64, f64)>,
+    inverse_scale: f64,
+    loss_scale: f64,
+    out: AscentGradients,
+    matched: usize,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for AscentVisitor<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let id = param.id;
+        let Some(grad) = self.grads.get::<B::InnerBackend, D>(id) else {
+            return;
+        };
+        self.matched += 1;
+        let grad = widen(grad);
+        if self.keep {
+            self.out.kept.insert(id, grad.clone());
+        }
+        let picked = self.picked.is_none_or(|picked| picked.contains(&id));
+        let direction = match self.momentum {
+            Some((sigma, lambda)) if picked => {
+                let unscaled = if self.inverse_scale == 1.0 {
+                    grad.clone()
+                } else {
+                    grad.clone().mul_scalar(self.inverse_scale)
+                };
+                match state_like(&self.rules.state, &id, &grad) {
+                    None => {
+                        self.out.state.insert(id, flat(unscaled));
+                        grad
+                    }
+                    Some(momentum) => {
+                        let direction = grad - momentum.clone().mul_scalar(sigma * self.loss_scale);
+                        self.out
+                            .state
+                            .insert(id, flat(lerp(momentum, unscaled, 1.0 - lambda)));
+                        direction
+                    }
+                }
+            }
+            _ => grad,
+        };
+        self.out.direction.register(id, direction);
+    }
+}
+
+/// `start + weight * (end - start)`, rounded as `torch.lerp` rounds it (from the nearer end),
+/// so that Friendly-SAM's momentum follows pytorch_optimizer's bit for bit.
+fn lerp<B: Backend, const D: usize>(
+    start: Tensor<B, D>,
+    end: Tensor<B, D>,
+    weight: f64,
+) -> Tensor<B, D> {
+    let difference = end.clone() - start.clone();
+    if weight.abs() < 0.5 {
+        start + difference.mul_scalar(weight)
+    } else {
+        end - difference.mul_scalar(1.0 - weight)
+    }
+}
+
+type Scalar<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 1>;
+
+/// `<g, g_p>` and `||g||^2` over the parameters with both gradients, as device scalars.
+fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+    kept: &ParamMap,
+) -> Option<(Scalar<B>, Scalar<B>)> {
+    struct Sums<'a, B: AutodiffBackend> {
+        grads: &'a GradientsParams,
+        kept: &'a ParamMap,
+        sums: Option<(Scalar<B>, Scalar<B>)>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Sums<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let (Some(grad), Some(kept)) = (
+                self.grads.get::<B::InnerBackend, D>(param.id),
+                self.kept.get::<Tensor<B::InnerBackend, D>>(&param.id),
+            ) else {
+                return;
+            };
+            let dot = (kept.clone() * widen(grad)).sum();
+            let squares = squared_norm(kept.clone());
+            self.sums = Some(match self.sums.take() {
+                Some((dots, sum)) => (dots + dot, sum + squares),
+                None => (dot, squares),
+            });
+        }
+    }
+    let mut sums = Sums::<B> {
+        grads,
+        kept,
+        sums: None,
+    };
+    module.visit(&mut sums);
+    sums.sums
+}
+
+enum DescentRule<'a, B: Backend> {
+    /// `g_p - alpha * (g - coefficient * g_p)`.
+    Gsam {
+        alpha: f64,
+        coefficient: Tensor<B, 1>,
+    },
+    /// A full LookSAM step: keeps `g_v` (unscaled), steps with `g_s` unchanged.
+    LookSamKeep {
+        eps: f64,
+        inverse_scale: f64,
+        state: ParamMap,
+    },
+    /// A one-pass LookSAM step: `g + alpha * ||g|| / (||g_v|| + 1e-8) * g_v`.
+    LookSamReuse { alpha: f64, state: &'a ParamMap },
+}
+
+struct DescentVisitor<'a, B: AutodiffBackend> {
+    grads: GradientsParams,
+    kept: &'a ParamMap,
+    rule: DescentRule<'a, B::InnerBackend>,
+    out: GradientsParams,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for DescentVisitor<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let id = param.id;
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
+            return;
+        };
+        let grad = widen(grad);
+        let kept = self.kept.get::<Tensor<B::InnerBackend, D>>(&id).cloned();
+        let norm = |x: Tensor<B::InnerBackend, D>| squared_norm(x).sqrt();
+        let grad = match (&mut self.rule, kept) {
+            (DescentRule::Gsam { alpha, coefficient }, Some(kept)) => {
+                let parallel = grad.clone() * broadcast(coefficient.clone());
+                grad - (kept - parallel).mul_scalar(*alpha)
+            }
+            (
+                DescentRule::LookSamKeep {
+                    eps,
+                    inverse_scale,
+                    state,
+                },
+                Some(kept),
+            ) => {
+                // pytorch_optimizer 4.1.0: g_v = g_s - ||g_s|| <g^, g_s^> g^ with x^ = x / max(||x||, eps).
+                let kept_unit = kept.clone() / broadcast(norm(kept).clamp_min(*eps));
+                let grad_norm = norm(grad.clone());
+                let grad_unit = grad.clone() / broadcast(grad_norm.clone().clamp_min(*eps));
+                let cosine = (kept_unit.clone() * grad_unit).sum();
+                let direction = grad.clone() - kept_unit * broadcast(grad_norm * cosine);
+                state.insert(id, flat(direction.mul_scalar(*inverse_scale)));
+                grad
+            }
+            (DescentRule::LookSamReuse { alpha, state }, _) => {
+                match state_like(state, &id, &grad) {
+                    Some(direction) => {
+                        let ratio = norm(grad.clone()) / norm(direction.clone()).add_scalar(1e-8);
+                        grad + direction * broadcast(ratio.mul_scalar(*alpha))
+                    }
+                    None => grad,
+                }
+            }
+            _ => grad,
+        };
+        self.out.register(id, grad);
+    }
+}

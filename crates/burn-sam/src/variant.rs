@@ -1,0 +1,211 @@
+//! The members of the SAM family [`Sam`](crate::Sam) runs, and the radius schedule they share.
+
+use burn::config::Config;
+
+use crate::ConfigError;
+
+/// Which member of the SAM family a [`Sam`](crate::Sam) optimizer runs. Each changes SAM in
+/// one place: the direction of the ascent (Friendly-SAM), the gradient the base optimizer
+/// steps with (GSAM), or which steps take the second pass (LookSAM). Loss scaling, master
+/// weights, overflow handling, accumulation and the Learner strategies work the same for all.
+///
+/// ```
+/// use burn_sam::{SamConfig, SamVariant};
+///
+/// let gsam = SamConfig::new().with_variant(SamVariant::gsam());
+/// assert_eq!(gsam.variant, SamVariant::Gsam { alpha: 0.01 });
+/// ```
+#[derive(Config, Debug, PartialEq)]
+pub enum SamVariant {
+    /// SAM (Foret et al., ICLR 2021): perturb along `g`, step with the gradient at `w + e`.
+    Sam,
+    /// GSAM (Zhuang et al., ICLR 2022): perturb along `g`, then step with
+    /// `g_p - alpha * g_perp`, where `g_p` is the gradient at `w + e` and `g_perp` the part of
+    /// `g` orthogonal to it. The default `alpha` 0.01 is the paper's ResNet setting
+    /// (pytorch_optimizer defaults to 0.4).
+    Gsam {
+        /// Weight of the orthogonal part subtracted. Allowed: finite and `>= 0`.
+        alpha: f64,
+    },
+    /// LookSAM (Liu et al., CVPR 2022): every `k`-th step (0, k, 2k, ...) is a full SAM step
+    /// that keeps, per parameter, the part `g_v` of the perturbed gradient orthogonal to `g`;
+    /// the steps between take **one** pass and step with
+    /// `g + alpha * (||g|| / (||g_v|| + 1e-8)) * g_v`, per tensor as in pytorch_optimizer
+    /// 4.1.0. `alpha = 0` is "SAM every k steps" (Composer's `interval`).
+    LookSam {
+        /// Steps per cycle, the first of which is a full SAM step. Allowed: `>= 1`.
+        k: usize,
+        /// Weight of the kept direction on one-pass steps. Allowed: finite and `>= 0`.
+        alpha: f64,
+    },
+    /// Friendly-SAM (Li et al., CVPR 2024): the first step perturbs along `g` and sets
+    /// `m = g`; later ones perturb along `g - sigma * m` (`m` of the previous step), then
+    /// update `m <- lambda * m + (1 - lambda) * g` with the raw `g`.
+    FriendlySam {
+        /// Weight of the momentum removed from the ascent gradient. Allowed: finite and `>= 0`.
+        sigma: f64,
+        /// Decay of the gradient momentum. Allowed: in `[0, 1]`.
+        lambda: f64,
+    },
+}
+
+impl SamVariant {
+    /// GSAM with the paper's `alpha` 0.01.
+    pub fn gsam() -> Self {
+        Self::Gsam { alpha: 0.01 }
+    }
+
+    /// LookSAM with the paper's `k` 10 and `alpha` 0.7.
+    pub fn look_sam() -> Self {
+        Self::LookSam { k: 10, alpha: 0.7 }
+    }
+
+    /// Friendly-SAM with the paper's `sigma` 1 and `lambda` 0.9.
+    pub fn friendly_sam() -> Self {
+        Self::FriendlySam {
+            sigma: 1.0,
+            lambda: 0.9,
+        }
+    }
+
+    /// The variant's short name, as the examples and logs print it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Sam => "SAM",
+            Self::Gsam { .. } => "GSAM",
+            Self::LookSam { .. } => "LookSAM",
+            Self::FriendlySam { .. } => "Friendly-SAM",
+        }
+    }
+
+    /// Checks every hyperparameter against its allowed range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check =
+            |field, value, allowed, ok| ConfigError::check("SamVariant", field, value, allowed, ok);
+        let non_negative = |value: f64| value.is_finite() && value >= 0.0;
+        match *self {
+            Self::Sam => Ok(()),
+            Self::Gsam { alpha } => check("alpha", alpha, "finite and >= 0", non_negative(alpha)),
+            Self::LookSam { k, alpha } => {
+                check("k", k as f64, "an integer >= 1", k >= 1)?;
+                check("alpha", alpha, "finite and >= 0", non_negative(alpha))
+            }
+            Self::FriendlySam { sigma, lambda } => {
+                check("sigma", sigma, "finite and >= 0", non_negative(sigma))?;
+                check("lambda", lambda, "in [0, 1]", (0.0..=1.0).contains(&lambda))
+            }
+        }
+    }
+}
+
+/// A radius that follows the learning rate, as GSAM schedules it: `rho` (the config's) at
+/// `lr_max`, `rho_min` at `lr_min`, linear in between. Learning rates outside
+/// `[lr_min, lr_max]` are clamped to it, so the radius never leaves `[rho_min, rho]` (the
+/// GSAM authors' scheduler extrapolates).
+///
+/// ```
+/// use burn_sam::{RhoSchedule, SamConfig};
+///
+/// let config = SamConfig::new()
+///     .with_rho(0.1)
+///     .with_rho_schedule(Some(RhoSchedule::new(0.0, 0.1, 0.02)));
+/// assert_eq!(config.rho_at(0.1), 0.1);
+/// assert!((config.rho_at(0.05) - 0.06).abs() < 1e-12);
+/// ```
+#[derive(Config, Debug, PartialEq)]
+pub struct RhoSchedule {
+    /// The learning rate at which the radius is `rho_min`. Allowed: finite, `< lr_max`.
+    pub lr_min: f64,
+    /// The learning rate at which the radius is the config's `rho`. Allowed: finite.
+    pub lr_max: f64,
+    /// The radius at `lr_min`. Allowed: finite, `>= 0` and `<= rho`.
+    pub rho_min: f64,
+}
+
+impl RhoSchedule {
+    /// The radius at learning rate `lr`, `rho_max` at `lr_max`.
+    pub fn rho_at(&self, rho_max: f64, lr: f64) -> f64 {
+        let position = ((lr - self.lr_min) / (self.lr_max - self.lr_min)).clamp(0.0, 1.0);
+        self.rho_min + (rho_max - self.rho_min) * position
+    }
+
+    /// Checks the schedule against `rho`, the radius at `lr_max`.
+    pub fn validate(&self, rho: f64) -> Result<(), ConfigError> {
+        let check = |field, value, allowed, ok| {
+            ConfigError::check("RhoSchedule", field, value, allowed, ok)
+        };
+        check("lr_min", self.lr_min, "finite", self.lr_min.is_finite())?;
+        check(
+            "lr_max",
+            self.lr_max,
+            "finite and > lr_min",
+            self.lr_max.is_finite() && self.lr_max > self.lr_min,
+        )?;
+        check(
+            "rho_min",
+            self.rho_min,
+            "finite, >= 0 and <= SamConfig::rho",
+            self.rho_min.is_finite() && self.rho_min >= 0.0 && self.rho_min <= rho,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_hyperparameters_name_their_field() {
+        let field = |variant: SamVariant| variant.validate().unwrap_err().field;
+        assert_eq!(field(SamVariant::Gsam { alpha: -0.1 }), "alpha");
+        assert_eq!(field(SamVariant::LookSam { k: 0, alpha: 0.7 }), "k");
+        assert_eq!(
+            field(SamVariant::LookSam {
+                k: 5,
+                alpha: f64::NAN
+            }),
+            "alpha"
+        );
+        let fsam = |sigma, lambda| SamVariant::FriendlySam { sigma, lambda };
+        assert_eq!(field(fsam(-1.0, 0.9)), "sigma");
+        assert_eq!(field(fsam(1.0, 1.5)), "lambda");
+        for variant in [
+            SamVariant::Sam,
+            SamVariant::gsam(),
+            SamVariant::look_sam(),
+            SamVariant::friendly_sam(),
+            SamVariant::LookSam { k: 1, alpha: 0.0 },
+        ] {
+            assert!(variant.validate().is_ok(), "{variant:?}");
+        }
+        let message = SamVariant::LookSam { k: 0, alpha: 0.7 }
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "invalid SamVariant: `k` = 0, allowed: an integer >= 1"
+        );
+    }
+
+    #[test]
+    fn schedule_is_linear_in_the_learning_rate_and_clamped() {
+        let schedule = RhoSchedule::new(0.01, 0.11, 0.02);
+        assert_eq!(schedule.rho_at(0.1, 0.11), 0.1);
+        assert_eq!(schedule.rho_at(0.1, 0.01), 0.02);
+        assert!((schedule.rho_at(0.1, 0.06) - 0.06).abs() < 1e-15);
+        assert_eq!(schedule.rho_at(0.1, 1.0), 0.1);
+        assert_eq!(schedule.rho_at(0.1, 0.0), 0.02);
+    }
+
+    #[test]
+    fn bad_schedules_name_their_field() {
+        let field = |schedule: RhoSchedule, rho| schedule.validate(rho).unwrap_err().field;
+        assert_eq!(field(RhoSchedule::new(0.1, 0.1, 0.0), 0.05), "lr_max");
+        assert_eq!(field(RhoSchedule::new(0.2, 0.1, 0.0), 0.05), "lr_max");
+        assert_eq!(field(RhoSchedule::new(f64::NAN, 0.1, 0.0), 0.05), "lr_min");
+        assert_eq!(field(RhoSchedule::new(0.0, 0.1, 0.06), 0.05), "rho_min");
+        assert_eq!(field(RhoSchedule::new(0.0, 0.1, -0.01), 0.05), "rho_min");
+        assert!(RhoSchedule::new(0.0, 0.1, 0.05).validate(0.05).is_ok());
+    }
+}
