@@ -1,8 +1,8 @@
 //! SAM's claim, on real data: under label noise it generalises better than its base optimizer.
 //!
 //! Trains an MLP on the UCI optical digits with symmetric label noise on the training labels
-//! and tests it on a fixed held-out set with clean labels, for SGD, SAM and ASAM (the same
-//! SGD with momentum underneath), over several seeds. Prints a table, draws the test-accuracy
+//! and tests it on a fixed held-out set with clean labels, for SGD, SAM and ASAM, and on request
+//! GSAM, LookSAM and Friendly-SAM (the same SGD with momentum underneath), over several seeds. Prints a table, draws the test-accuracy
 //! curves to an SVG file, and optionally writes the results as JSON.
 //!
 //! `cargo run --release --example noisy-digits -- --help`
@@ -17,7 +17,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Sgd, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::FloatDType;
-use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig};
+use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamVariant};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -45,7 +45,9 @@ const DEFAULT_DTYPE: Dtype = if cfg!(feature = "cuda") {
 
 /// The example's flags.
 #[derive(Parser, Debug)]
-#[command(about = "SGD vs SAM vs ASAM on the UCI digits with noisy training labels")]
+#[command(
+    about = "SGD vs SAM, ASAM and the SAM family on the UCI digits with noisy training labels"
+)]
 pub struct Args {
     /// Fraction of training labels replaced by another class, in [0, 0.9).
     #[arg(long, default_value_t = 0.5)]
@@ -56,7 +58,8 @@ pub struct Args {
     /// Runs per method (seeds 1..=N: model init, label noise and batch order).
     #[arg(long, default_value_t = 5)]
     seeds: u64,
-    /// SAM's neighbourhood radius (larger than the usual 0.05 helps under label noise).
+    /// The radius of SAM, GSAM, LookSAM and Friendly-SAM (larger than the usual 0.05 helps
+    /// under label noise).
     #[arg(long, default_value_t = 0.3)]
     rho: f64,
     /// ASAM's radius (ASAM scales the perturbation by |w|: its rho is larger).
@@ -74,7 +77,9 @@ pub struct Args {
     /// Hidden layer widths.
     #[arg(long, value_delimiter = ',', default_value = "256,256")]
     hidden: Vec<usize>,
-    /// Methods to compare.
+    /// Methods to compare: sgd, sam, asam, gsam, looksam, fsam (the variants with their
+    /// papers' defaults: GSAM alpha 0.01, LookSAM k 10 and alpha 0.7, Friendly-SAM sigma 1 and
+    /// lambda 0.9).
     #[arg(
         long,
         value_enum,
@@ -107,6 +112,9 @@ enum Method {
     Sgd,
     Sam,
     Asam,
+    Gsam,
+    Looksam,
+    Fsam,
 }
 
 impl Method {
@@ -115,6 +123,20 @@ impl Method {
             Method::Sgd => "sgd",
             Method::Sam => "sam",
             Method::Asam => "asam",
+            Method::Gsam => "gsam",
+            Method::Looksam => "looksam",
+            Method::Fsam => "fsam",
+        }
+    }
+
+    /// The member of the SAM family, for every method but SGD.
+    fn variant(self) -> Option<SamVariant> {
+        match self {
+            Method::Sgd => None,
+            Method::Sam | Method::Asam => Some(SamVariant::Sam),
+            Method::Gsam => Some(SamVariant::gsam()),
+            Method::Looksam => Some(SamVariant::look_sam()),
+            Method::Fsam => Some(SamVariant::friendly_sam()),
         }
     }
 }
@@ -150,7 +172,11 @@ impl Args {
             return bad("hidden", &format!("{:?}", self.hidden), "widths >= 1");
         }
         if self.methods.is_empty() {
-            return bad("methods", &"(none)", "one or more of sgd, sam, asam");
+            return bad(
+                "methods",
+                &"(none)",
+                "one or more of sgd, sam, asam, gsam, looksam, fsam",
+            );
         }
         if !(1..1797).contains(&self.test_size) {
             return bad("test-size", &self.test_size, "1 to 1796");
@@ -161,8 +187,8 @@ impl Args {
     fn rho(&self, method: Method) -> Option<f64> {
         match method {
             Method::Sgd => None,
-            Method::Sam => Some(self.rho),
             Method::Asam => Some(self.asam_rho),
+            _ => Some(self.rho),
         }
     }
 }
@@ -182,15 +208,16 @@ fn train_method(
     // 2^10 fits this model's f16 gradients; the scaler grows or backs off from there.
     let scaling =
         (args.dtype == Dtype::F16).then(|| LossScalerConfig::new().with_init_scale(1024.0));
-    match (method, scaling) {
-        (Method::Sgd, None) => train::train(setup, sgd(), progress),
-        (Method::Sgd, Some(scaling)) => {
+    match (method.variant(), scaling) {
+        (None, None) => train::train(setup, sgd(), progress),
+        (None, Some(scaling)) => {
             train::train(setup, LossScaledConfig::new(scaling).init(sgd()), progress)
         }
-        (Method::Sam | Method::Asam, scaling) => {
+        (Some(variant), scaling) => {
             let sam = SamConfig::new()
                 .with_rho(args.rho(method).expect("SAM has a radius"))
                 .with_adaptive(method == Method::Asam)
+                .with_variant(variant)
                 .with_loss_scaling(scaling);
             train::train(setup, sam.init(sgd()), progress)
         }

@@ -10,7 +10,9 @@
 //!   the union, where Burn's `grads_accumulation` sums; the last, partial window of an epoch
 //!   steps with what it holds, where Burn's drops it;
 //! - does that once per pass of the optimizer: twice for [`Sam`](burn_sam::Sam) (ascent at `w`, descent at
-//!   `w + e`), once for other optimizers ([`WindowOptimizer::PASSES`]).
+//!   `w + e`; once on LookSAM's steps between its full ones, as the optimizer's
+//!   [`LossScaleHandle::single_pass_step`](burn_sam::LossScaleHandle::single_pass_step) says),
+//!   once for other optimizers ([`WindowOptimizer::PASSES`]).
 //!
 //! Loss scaling (f16 models): wrap the optimizer with loss scaling ([`SamConfig::loss_scaling`]
 //! or [`LossScaled`](burn_sam::LossScaled)) and call [`scale_loss`] on the loss the
@@ -19,7 +21,8 @@
 //! directory).
 //!
 //! Checkpoints are Burn's: the model, the optimizer's record (for [`Sam`](burn_sam::Sam): the base optimizer's
-//! state, SAM's counters, the loss scaler and f32 master weights) and the scheduler. A resumed
+//! state, SAM's counters, the variant's state, the loss scaler and f32 master weights) and the
+//! scheduler. A resumed
 //! run replays the data loader's shuffles of the epochs it skips, so it continues where the
 //! uninterrupted run would be.
 //!
