@@ -82,6 +82,7 @@ fn ci() {
         &[("RUSTDOCFLAGS", "-D warnings".into())],
     );
     // Packages both crates and builds them from the packages, as crates.io would get them.
+    forget_packaged_crates();
     step(
         "publish dry run",
         &[
@@ -104,6 +105,47 @@ fn ci() {
     eprintln!("\nCI steps:");
     for (what, seconds) in times {
         eprintln!("  {what:<16} {seconds:>7.1} s");
+    }
+}
+
+/// Removes cargo's unpacked copies of this workspace's crates from earlier publish dry runs.
+/// The dry run serves the packaged burn-sam to burn-sam-accum from a local registry whose path
+/// (under the target directory, which CI keeps between runs) names its folder in
+/// `$CARGO_HOME/registry/src`; cargo does not unpack a version it finds there again, so
+/// burn-sam-accum would be verified against the burn-sam of an earlier run.
+fn forget_packaged_crates() {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".cargo"))
+        });
+    let Some(home) = home else { return };
+    for kind in ["src", "cache"] {
+        let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
+            continue;
+        };
+        // Local registries have no host in their folder's name: "-<hash>".
+        for registry in registries
+            .flatten()
+            .filter(|r| r.file_name().to_string_lossy().starts_with('-'))
+        {
+            let Ok(entries) = std::fs::read_dir(registry.path()) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with("burn-sam") {
+                    let path = entry.path();
+                    let removed = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    if let Err(error) = removed {
+                        fail(&format!("cannot remove {}: {error}", path.display()));
+                    }
+                }
+            }
+        }
     }
 }
 
