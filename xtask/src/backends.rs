@@ -5,7 +5,7 @@ use std::process::Command;
 
 use crate::{fail, run, run_with};
 
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
 }
 

@@ -15,6 +15,7 @@
 mod backends;
 mod bench;
 
+use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
 /// Runs `program args`, exiting with its status when it fails.
@@ -82,7 +83,7 @@ fn ci() {
         &[("RUSTDOCFLAGS", "-D warnings".into())],
     );
     // Packages both crates and builds them from the packages, as crates.io would get them.
-    forget_packaged_crates();
+    let publish_target = publish_target_dir().display().to_string();
     step(
         "publish dry run",
         &[
@@ -94,7 +95,7 @@ fn ci() {
             "-p",
             "burn-sam-accum",
         ],
-        &[],
+        &[("CARGO_TARGET_DIR", publish_target)],
     );
     step("README's tests", &["test", "--workspace"], &[]);
     if backends::lavapipe_installed() {
@@ -108,45 +109,51 @@ fn ci() {
     }
 }
 
-/// Removes cargo's unpacked copies of this workspace's crates from earlier publish dry runs.
-/// The dry run serves the packaged burn-sam to burn-sam-accum from a local registry whose path
-/// (under the target directory, which CI keeps between runs) names its folder in
-/// `$CARGO_HOME/registry/src`; cargo does not unpack a version it finds there again, so
-/// burn-sam-accum would be verified against the burn-sam of an earlier run.
-fn forget_packaged_crates() {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".cargo"))
-        });
-    let Some(home) = home else { return };
-    for kind in ["src", "cache"] {
-        let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
-            continue;
+/// The target directory of the publish dry run, with its builds of the packaged crates
+/// forgotten, and cargo's unpacked copies of them removed.
+///
+/// The dry run serves the packaged burn-sam to burn-sam-accum from a local registry; the
+/// packages carry a fixed file time (2006) and the same version every run, so cargo would
+/// take an earlier run's unpacked copy and build of burn-sam as up to date and verify
+/// burn-sam-accum against them. Its own target directory keeps that away from the other
+/// steps' builds; everything named burn-sam in it is this step's alone.
+fn publish_target_dir() -> PathBuf {
+    let dir = backends::target_dir().join("publish-check");
+    let forget = |folder: &Path| {
+        let Ok(entries) = std::fs::read_dir(folder) else {
+            return;
         };
-        // Local registries have no host in their folder's name: "-<hash>".
-        for registry in registries
-            .flatten()
-            .filter(|r| r.file_name().to_string_lossy().starts_with('-'))
-        {
-            let Ok(entries) = std::fs::read_dir(registry.path()) else {
+        for entry in entries.flatten() {
+            if !entry.file_name().to_string_lossy().starts_with("burn-sam") {
                 continue;
+            }
+            let path = entry.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
             };
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with("burn-sam") {
-                    let path = entry.path();
-                    let removed = if path.is_dir() {
-                        std::fs::remove_dir_all(&path)
-                    } else {
-                        std::fs::remove_file(&path)
-                    };
-                    if let Err(error) = removed {
-                        fail(&format!("cannot remove {}: {error}", path.display()));
-                    }
-                }
+            if let Err(error) = removed {
+                fail(&format!("cannot remove {}: {error}", path.display()));
+            }
+        }
+    };
+    forget(&dir.join("debug/.fingerprint"));
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
+    if let Some(home) = cargo_home {
+        // Local registries have no host in their folder's name: "-<hash>".
+        let sources = std::fs::read_dir(home.join("registry/src"))
+            .into_iter()
+            .flatten();
+        for registry in sources.flatten() {
+            if registry.file_name().to_string_lossy().starts_with('-') {
+                forget(&registry.path());
             }
         }
     }
+    dir
 }
 
 /// The features clippy and the docs check every target with.
