@@ -1,7 +1,8 @@
 //! SAM's cost against its limits, on every backend compiled in (Flex and NdArray by default,
 //! Vulkan and LibTorch with their features), for three models: an MLP of about 100k
 //! parameters, one of about 2M, and a small CNN. Per backend and model: a base step (SGD), a
-//! SAM and an ASAM step, an f16 SAM step with and without loss scaling (where the backend has
+//! SAM and an ASAM step, a step of each SAM variant (GSAM, LookSAM with k = 10, Friendly-SAM;
+//! their defaults), an f16 SAM step with and without loss scaling (where the backend has
 //! f16), and gradient accumulation (k = 4 micro-batches against one batch of 4b, with the peak
 //! heap memory of one step). Also the device reads burn-sam makes per SAM step. Criterion
 //! groups are named `<backend>-<model>`. `cargo xtask bench` runs this and prints the ratios.
@@ -13,7 +14,7 @@ use burn::backend::Autodiff;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
-use burn_sam::{LossScalerConfig, SamConfig};
+use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::MicroBatch;
 use burn_sam_suite::bench::{
     accumulated_step, base_step, batch, copy_as, paired_medians, sam_step, two_passes_step,
@@ -84,6 +85,7 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
     let scaled =
         SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
     let asam = SamConfig::new().with_rho(0.5).with_adaptive(true);
+    let variant = |variant| SamConfig::new().with_variant(variant);
     let sgd = || SgdConfig::new().init();
 
     let timed = |name, start, step| Timed { name, start, step };
@@ -92,6 +94,22 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
         timed("two_passes_step", &model, two_passes_step(&f32_batch)),
         timed("sam_step", &model, sam_step(SamConfig::new(), &f32_batch)),
         timed("asam_step", &model, sam_step(asam, &f32_batch)),
+        timed(
+            "gsam_step",
+            &model,
+            sam_step(variant(SamVariant::gsam()), &f32_batch),
+        ),
+        // Criterion's mean over its iterations is LookSAM's cost per step: one full step in 10.
+        timed(
+            "looksam_step",
+            &model,
+            sam_step(variant(SamVariant::look_sam()), &f32_batch),
+        ),
+        timed(
+            "friendly_sam_step",
+            &model,
+            sam_step(variant(SamVariant::friendly_sam()), &f32_batch),
+        ),
         timed(
             "unscaled_f16_sam_step",
             &model_f16,

@@ -65,6 +65,12 @@ pub struct Args {
     /// ASAM's radius (ASAM scales the perturbation by |w|: its rho is larger).
     #[arg(long, default_value_t = 2.0)]
     asam_rho: f64,
+    /// LookSAM: steps per cycle (one full SAM step, then one-pass steps).
+    #[arg(long, default_value_t = 10)]
+    looksam_k: usize,
+    /// LookSAM: weight of the kept direction on its one-pass steps.
+    #[arg(long, default_value_t = 0.7)]
+    looksam_alpha: f64,
     /// Batch size.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
@@ -77,9 +83,8 @@ pub struct Args {
     /// Hidden layer widths.
     #[arg(long, value_delimiter = ',', default_value = "256,256")]
     hidden: Vec<usize>,
-    /// Methods to compare: sgd, sam, asam, gsam, looksam, fsam (the variants with their
-    /// papers' defaults: GSAM alpha 0.01, LookSAM k 10 and alpha 0.7, Friendly-SAM sigma 1 and
-    /// lambda 0.9).
+    /// Methods to compare: sgd, sam, asam, gsam, looksam, fsam (GSAM and Friendly-SAM with
+    /// their papers' defaults: alpha 0.01; sigma 1 and lambda 0.9).
     #[arg(
         long,
         value_enum,
@@ -93,6 +98,9 @@ pub struct Args {
     /// Where to draw the test-accuracy curves.
     #[arg(long, default_value = "noisy-digits.svg")]
     plot: PathBuf,
+    /// Where to draw final test accuracy against time per epoch, one point per method.
+    #[arg(long, default_value = "noisy-digits-trade-off.svg")]
+    trade_off_plot: PathBuf,
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -128,17 +136,6 @@ impl Method {
             Method::Fsam => "fsam",
         }
     }
-
-    /// The member of the SAM family, for every method but SGD.
-    fn variant(self) -> Option<SamVariant> {
-        match self {
-            Method::Sgd => None,
-            Method::Sam | Method::Asam => Some(SamVariant::Sam),
-            Method::Gsam => Some(SamVariant::gsam()),
-            Method::Looksam => Some(SamVariant::look_sam()),
-            Method::Fsam => Some(SamVariant::friendly_sam()),
-        }
-    }
 }
 
 impl Args {
@@ -162,6 +159,12 @@ impl Args {
         if !(self.asam_rho > 0.0 && self.asam_rho.is_finite()) {
             return bad("asam-rho", &self.asam_rho, "> 0");
         }
+        if self.looksam_k == 0 {
+            return bad("looksam-k", &self.looksam_k, ">= 1");
+        }
+        if !(self.looksam_alpha >= 0.0 && self.looksam_alpha.is_finite()) {
+            return bad("looksam-alpha", &self.looksam_alpha, ">= 0");
+        }
         if self.batch_size == 0 {
             return bad("batch-size", &self.batch_size, ">= 1");
         }
@@ -182,6 +185,20 @@ impl Args {
             return bad("test-size", &self.test_size, "1 to 1796");
         }
         Ok(())
+    }
+
+    /// The member of the SAM family, for every method but SGD.
+    fn variant(&self, method: Method) -> Option<SamVariant> {
+        match method {
+            Method::Sgd => None,
+            Method::Sam | Method::Asam => Some(SamVariant::Sam),
+            Method::Gsam => Some(SamVariant::gsam()),
+            Method::Looksam => Some(SamVariant::LookSam {
+                k: self.looksam_k,
+                alpha: self.looksam_alpha,
+            }),
+            Method::Fsam => Some(SamVariant::friendly_sam()),
+        }
     }
 
     fn rho(&self, method: Method) -> Option<f64> {
@@ -208,7 +225,7 @@ fn train_method(
     // 2^10 fits this model's f16 gradients; the scaler grows or backs off from there.
     let scaling =
         (args.dtype == Dtype::F16).then(|| LossScalerConfig::new().with_init_scale(1024.0));
-    match (method.variant(), scaling) {
+    match (args.variant(method), scaling) {
         (None, None) => train::train(setup, sgd(), progress),
         (None, Some(scaling)) => {
             train::train(setup, LossScaledConfig::new(scaling).init(sgd()), progress)
@@ -314,6 +331,7 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
     println!("|---|---|---|---|---|---|");
     let mut json = serde_json::Map::new();
     let mut curves = Vec::new();
+    let mut trade_off = Vec::new();
     for (method, runs) in &results {
         let finals: Vec<f64> = runs
             .iter()
@@ -346,12 +364,14 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                 "sd": sd,
                 "runs": finals,
                 "rho": args.rho(*method),
+                "variant": args.variant(*method).map(|variant| format!("{variant:?}")),
                 "curve": curve,
                 "train_accuracy_noisy_labels": train_accuracy,
                 "epoch_seconds": seconds,
             }),
         );
         curves.push((method.name().to_string(), curve));
+        trade_off.push((method.name().to_string(), seconds, mean, sd));
     }
 
     let title = format!(
@@ -362,6 +382,15 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
     match std::fs::write(&args.plot, plot::svg(&title, &curves)) {
         Ok(()) => println!("\ntest-accuracy curves: {}", args.plot.display()),
         Err(error) => eprintln!("cannot write {}: {error}", args.plot.display()),
+    }
+    let title = format!(
+        "UCI digits, {:.0}% label noise: final test accuracy (mean, sd) against cost",
+        args.noise * 100.0
+    );
+    let path = &args.trade_off_plot;
+    match std::fs::write(path, plot::trade_off_svg(&title, &trade_off)) {
+        Ok(()) => println!("accuracy against time per epoch: {}", path.display()),
+        Err(error) => eprintln!("cannot write {}: {error}", path.display()),
     }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&json).expect("JSON");

@@ -4,7 +4,7 @@ use burn::module::Module;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{Distribution, Element, ElementConversion, Tensor};
 use burn_sam::SamConfig;
 
 use super::util::tensors;
@@ -76,4 +76,41 @@ pub fn statistics_see_the_batch_once<B: AutodiffBackend>() {
     }
     assert_eq!(net.statistics(), expected, "Optimizer::step");
     assert_eq!(tensors(&net.input), tensors(&step.module.input));
+}
+
+/// SAM-ON: `perturb_only(["BatchNorm"])` perturbs exactly the normalisation layer's scale and
+/// shift (its running statistics are not parameters), with the norm over them alone: the
+/// perturbation has length `rho` over gamma and beta.
+pub fn sam_on_perturbs_only_the_normalisation_layers<B: AutodiffBackend>() {
+    let device = Default::default();
+    B::seed(&device, 12);
+    let start = Net::<B>::new(&device);
+    tensors(&start);
+    let x = Tensor::<B, 2>::random([16, 4], Distribution::Normal(1.0, 2.0), &device);
+    let rho = 0.5;
+    let mut sam = SamConfig::new()
+        .with_rho(rho)
+        .with_perturb_only(Some(vec!["BatchNorm".into()]))
+        .init(SgdConfig::new().init::<B, Net<B>>());
+    let net = start.copy(&device);
+    let grads = GradientsParams::from_grads(net.loss(x.clone()).backward(), &net);
+    let perturbed = sam.ascend(0.1, net, grads).unwrap();
+    assert_eq!(tensors(&perturbed.input), tensors(&start.input));
+    assert_eq!(tensors(&perturbed.output), tensors(&start.output));
+    let moved: f64 = [
+        (&perturbed.norm.gamma, &start.norm.gamma),
+        (&perturbed.norm.beta, &start.norm.beta),
+    ]
+    .iter()
+    .map(|(after, before)| {
+        let difference = after.val() - before.val();
+        difference.powi_scalar(2).sum().into_scalar().elem::<f64>()
+    })
+    .sum::<f64>()
+    .sqrt();
+    let tolerance = match <B::FloatElem as Element>::dtype() {
+        burn::tensor::DType::F64 => 1e-9,
+        _ => 1e-4,
+    };
+    assert!((moved - rho).abs() < tolerance * rho, "||e|| = {moved}, rho = {rho}");
 }

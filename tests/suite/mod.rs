@@ -75,6 +75,7 @@ macro_rules! backend_suite {
                 frozen_and_unused_parameters_untouched => semantics::frozen_and_unused_parameters_untouched::<B>(),
                 record_round_trip_resumes_exactly => semantics::record_round_trip_resumes_exactly::<B>(),
                 batchnorm_statistics_see_the_batch_once => batchnorm::statistics_see_the_batch_once::<B>(),
+                batchnorm_sam_on_perturbs_only_the_normalisation_layers => batchnorm::sam_on_perturbs_only_the_normalisation_layers::<B>(),
                 misuse_is_reported => misuse::errors_name_the_mistake::<B>(),
                 misuse_through_optimizer_step_panics_clearly => misuse::optimizer_step_panics_clearly::<B>(),
                 misuse_unscaled_loss_is_refused => misuse::unscaled_loss_is_refused::<B>(),

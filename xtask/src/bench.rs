@@ -170,6 +170,31 @@ pub fn bench(only: &[&str]) {
         Err(why) => println!("\nNo PyTorch comparison: {why}"),
     }
 
+    println!("\nThe SAM family (defaults; LookSAM k = 10). LookSAM's ratio is of criterion's means, its cost");
+    println!(
+        "per step averaged over its cycle (one full step in 10); the others are paired medians:\n"
+    );
+    println!("| backend | model | SAM step | GSAM step | LookSAM step | Friendly-SAM step | gsam_over_sam | looksam_over_base | friendly_sam_over_sam | device reads per step (GSAM, LookSAM, Friendly-SAM) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (&(backend, model), facts) in rows.iter().zip(&facts) {
+        let row = (backend, model);
+        let (sam, gsam, looksam, friendly) = (
+            ms(row, "sam_step"),
+            ms(row, "gsam_step"),
+            ms(row, "looksam_step"),
+            ms(row, "friendly_sam_step"),
+        );
+        println!(
+            "| {backend} | {model} | {sam:.2} ms | {gsam:.2} ms | {looksam:.2} ms | {friendly:.2} ms | {:.3} | {:.3} | {:.3} | {}, {}, {} |",
+            ratio(facts, "gsam_step", "sam_step"),
+            looksam / ms(row, "base_step"),
+            ratio(facts, "friendly_sam_step", "sam_step"),
+            facts["gsam_step_device_reads"],
+            facts["looksam_step_device_reads"],
+            facts["friendly_sam_step_device_reads"],
+        );
+    }
+
     println!("\nf16 parameters (real f16 arithmetic, f32 master weights in both):\n");
     println!("| backend | model | unscaled f16 SAM | scaled f16 SAM | scaled_over_unscaled_f16 | device reads per scaled step |");
     println!("|---|---|---|---|---|---|");
