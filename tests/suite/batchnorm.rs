@@ -112,5 +112,8 @@ pub fn sam_on_perturbs_only_the_normalisation_layers<B: AutodiffBackend>() {
         burn::tensor::DType::F64 => 1e-9,
         _ => 1e-4,
     };
-    assert!((moved - rho).abs() < tolerance * rho, "||e|| = {moved}, rho = {rho}");
+    assert!(
+        (moved - rho).abs() < tolerance * rho,
+        "||e|| = {moved}, rho = {rho}"
+    );
 }
