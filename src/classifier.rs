@@ -27,6 +27,27 @@ pub struct Example {
     pub label: usize,
 }
 
+/// `count` examples of `classes` overlapping Gaussian-ish blobs in `features` dimensions,
+/// deterministic for a `seed`: class `i % classes`, centred at 1.5 on the dimensions
+/// congruent to the class.
+pub fn blobs(count: usize, seed: u64, features: usize, classes: usize) -> Vec<Example> {
+    let mut rng = crate::Rng::new(seed);
+    let mut uniform = move || rng.uniform() as f32;
+    (0..count)
+        .map(|i| {
+            let label = i % classes;
+            let features = (0..features)
+                .map(|d| {
+                    let centre = if d % classes == label { 1.5 } else { 0.0 };
+                    let noise: f32 = (0..3).map(|_| uniform() - 0.5).sum();
+                    centre + 1.2 * noise
+                })
+                .collect();
+            Example { features, label }
+        })
+        .collect()
+}
+
 /// A batch of [`Example`]s on a device.
 #[derive(Clone, Debug)]
 pub struct ClassBatch<B: Backend> {

@@ -7,7 +7,7 @@ mod quiet;
 mod record;
 mod rng;
 
-pub use classifier::{ClassBatch, ClassBatcher, Classifier, Example};
+pub use classifier::{blobs, ClassBatch, ClassBatcher, Classifier, Example};
 pub use quiet::Quiet;
 pub use record::{load_record, record_bytes};
 pub use rng::Rng;

@@ -30,7 +30,7 @@ use burn::train::{
 use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::WindowOptimizer;
-use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet, Rng};
+use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet};
 
 type B = Autodiff<Flex>;
 type Model = Classifier<B>;
@@ -40,21 +40,7 @@ const CLASSES: usize = 3;
 
 /// Three overlapping Gaussian-ish blobs, deterministic.
 fn blobs(count: usize, seed: u64) -> Vec<Example> {
-    let mut rng = Rng::new(seed);
-    let mut uniform = move || rng.uniform() as f32;
-    (0..count)
-        .map(|i| {
-            let label = i % CLASSES;
-            let features = (0..FEATURES)
-                .map(|d| {
-                    let centre = if d % CLASSES == label { 1.5 } else { 0.0 };
-                    let noise: f32 = (0..3).map(|_| uniform() - 0.5).sum();
-                    centre + 1.2 * noise
-                })
-                .collect();
-            Example { features, label }
-        })
-        .collect()
+    burn_sam_suite::blobs(count, seed, FEATURES, CLASSES)
 }
 
 fn model() -> Model {

@@ -219,6 +219,39 @@ fn learner_f16() -> Result {
     learner_program(true)
 }
 
+#[test]
+fn learner_data_parallel() -> Result {
+    let device = burn::tensor::Device::<B>::default();
+    let artifact_dir =
+        std::env::temp_dir().join(format!("burn-sam-readme-{}-dp", std::process::id()));
+    let loader_train = digits_loader::<B>(digits(256), 32, 1);
+    let loader_valid = digits_loader::<Flex>(digits(64), 32, 1);
+    let (epochs, lr_scheduler) = (1, 0.05);
+    let model = model();
+    // readme: learner-data-parallel
+    use burn_sam::SamConfig;
+    use burn_sam_accum::train::{Ascent, SamTraining};
+
+    let optim = SamConfig::new()
+        .with_rho(0.05)
+        .try_init(SgdConfig::new().init())?;
+    // The main device first; with CUDA: vec![CudaDevice::new(0), CudaDevice::new(1)].
+    let devices = vec![device; 2];
+    let strategy = SamTraining::data_parallel(devices, &optim, Ascent::Synced)?
+        .with_items(ClassBatch::len) // weight batches by their size, across replicas too
+        .into_strategy();
+    // readme-end
+    let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .num_epochs(epochs)
+        .with_training_strategy(strategy)
+        .launch(Learner::new(model, optim, lr_scheduler));
+    let _ = std::fs::remove_dir_all(&artifact_dir);
+    drop(result);
+    Ok(())
+}
+
 /// The lines between `// readme: name` and `// readme-end`, dedented.
 fn region(name: &str) -> Vec<String> {
     let source = [
@@ -299,6 +332,7 @@ fn readme_snippets_are_these_tests() {
         "accumulation",
         "learner",
         "learner-f16",
+        "learner-data-parallel",
         "train-step",
     ] {
         assert!(checked.contains(&name), "README shows no `{name}` block");

@@ -1,9 +1,12 @@
 //! An ordinary Burn `Learner` program on the UCI digits (metrics, renderer, validation,
 //! checkpoints, a scheduler), trained with Burn's default strategy (`--method sgd`) or with SAM
 //! through `burn_sam_accum::train::SamTraining` (`--method sam`), optionally with gradient
-//! accumulation (`--window`) and f16 loss scaling (`--dtype f16`).
+//! accumulation (`--window`), f16 loss scaling (`--dtype f16`) and data parallelism over
+//! several devices (`--devices N --ascent synced|local`; on the CPU the device repeated, with
+//! `--features cuda` N GPUs).
 //!
 //! `cargo run --release --example learner-digits -- --method sam --window 2`
+//! `cargo run --release --example learner-digits -- --devices 2 --ascent local`
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,7 +24,7 @@ use burn::tensor::FloatDType;
 use burn::train::metric::{AccuracyMetric, LossMetric};
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining, TrainingStrategy};
 use burn_sam::{cast_params, LossScalerConfig, SamConfig};
-use burn_sam_accum::train::SamTraining;
+use burn_sam_accum::train::{Ascent, SamTraining, Traffic};
 use burn_sam_suite::{ClassBatch, Classifier, MlpConfig};
 use clap::{Parser, ValueEnum};
 
@@ -39,6 +42,15 @@ enum Method {
     Sgd,
     /// SAM over the same SGD, with `SamTraining`.
     Sam,
+}
+
+/// Where data-parallel SAM ascends ([`Ascent`]).
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum AscentArg {
+    /// One perturbation from the gradient of the global batch.
+    Synced,
+    /// Each replica perturbed by its own gradient.
+    Local,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -62,6 +74,13 @@ pub struct Args {
     /// Parameter type; f16 trains with dynamic loss scaling and f32 master weights (SAM only).
     #[arg(long, value_enum, default_value = "f32")]
     dtype: Dtype,
+    /// Replicas of the model, data-parallel (SGD too: plain data parallelism, gradients
+    /// averaged over the global batch). Each takes batches of --batch-size.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+    /// Where SAM's ascent happens with --devices > 1.
+    #[arg(long, value_enum, default_value = "synced")]
+    ascent: AscentArg,
     #[arg(long, default_value_t = 40)]
     epochs: usize,
     #[arg(long, default_value_t = 32)]
@@ -81,6 +100,37 @@ pub struct Args {
     data: PathBuf,
 }
 
+/// `count` replicas: the one CPU device repeated, or the first `count` GPUs.
+fn devices(count: usize) -> Vec<burn::tensor::Device<B>> {
+    #[cfg(not(feature = "cuda"))]
+    let devices = vec![Default::default(); count];
+    #[cfg(feature = "cuda")]
+    let devices = (0..count)
+        .map(burn::backend::cuda::CudaDevice::new)
+        .collect();
+    devices
+}
+
+/// The data-parallel strategy over `--devices` replicas.
+fn data_parallel<O>(
+    args: &Args,
+    optim: &O,
+) -> Result<SamTraining<LearningComponentsMarker<B, Scheduler, Model, O>>, String>
+where
+    O: burn_sam_accum::WindowOptimizer<Model, B> + 'static,
+{
+    let ascent = match args.ascent {
+        AscentArg::Synced => Ascent::Synced,
+        AscentArg::Local => Ascent::Local,
+    };
+    let strategy = SamTraining::data_parallel(devices(args.devices), optim, ascent)
+        .map_err(|error| error.to_string())?
+        .with_accumulation(args.window)
+        .map_err(|error| error.to_string())?;
+    Ok(strategy.with_items(ClassBatch::len))
+}
+
+type Scheduler = burn::lr_scheduler::cosine::CosineAnnealingLrScheduler;
 type Model = Classifier<B>;
 type Inner = <B as AutodiffBackend>::InnerBackend;
 type Loader<Bk> = Arc<dyn DataLoader<Bk, ClassBatch<Bk>>>;
@@ -120,8 +170,8 @@ fn check(args: &Args) -> Result<(), String> {
     if !(args.rho >= 0.0 && args.rho.is_finite()) {
         return refuse("rho", args.rho.to_string(), "a finite rho >= 0");
     }
-    if args.epochs == 0 || args.batch_size == 0 {
-        return refuse("epochs/--batch-size", "0".into(), "integers >= 1");
+    if args.epochs == 0 || args.batch_size == 0 || args.devices == 0 {
+        return refuse("epochs/--batch-size/--devices", "0".into(), "integers >= 1");
     }
     if !(args.lr > 0.0 && args.lr.is_finite()) {
         return refuse("lr", args.lr.to_string(), "a finite lr > 0");
@@ -132,6 +182,9 @@ fn check(args: &Args) -> Result<(), String> {
                     sums accumulated gradients and has no loss scaling)"
                 .into(),
         );
+    }
+    if args.devices > 1 && args.ascent == AscentArg::Local && args.method == Method::Sgd {
+        return Err("--ascent local needs --method sam".into());
     }
     Ok(())
 }
@@ -167,7 +220,9 @@ pub fn run(args: &Args) -> Result<f64, String> {
     };
     let train: Loader<B> = digits_loader(train, args.batch_size, args.seed);
     let valid: Loader<Inner> = digits_loader(test.clone(), args.batch_size, args.seed);
-    let steps = args.epochs * train.num_items().div_ceil(args.batch_size * args.window);
+    // Burn's split gives each replica floor(items / N) examples and the last one the rest.
+    let last_replica = train.num_items() - (args.devices - 1) * (train.num_items() / args.devices);
+    let steps = args.epochs * last_replica.div_ceil(args.batch_size).div_ceil(args.window);
     let scheduler = CosineAnnealingLrSchedulerConfig::new(args.lr, steps)
         .init()
         .expect("valid schedule");
@@ -175,14 +230,21 @@ pub fn run(args: &Args) -> Result<f64, String> {
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
         .init();
 
+    let mut traffic = None::<Traffic>;
     let model = match args.method {
-        Method::Sgd => launch(
+        Method::Sgd if args.devices == 1 => launch(
             args,
             train,
             valid,
             Learner::new(model, sgd, scheduler),
             None,
         ),
+        Method::Sgd => {
+            let strategy = data_parallel(args, &sgd)?;
+            traffic = Some(strategy.traffic());
+            let learner = Learner::new(model, sgd, scheduler);
+            launch(args, train, valid, learner, Some(strategy.into_strategy()))
+        }
         Method::Sam => {
             // What SAM adds: wrap the optimizer and hand the strategy to the training.
             let scaling = (args.dtype == Dtype::F16).then(LossScalerConfig::new);
@@ -190,18 +252,16 @@ pub fn run(args: &Args) -> Result<f64, String> {
                 .with_rho(args.rho)
                 .with_loss_scaling(scaling)
                 .init(sgd);
-            let strategy = SamTraining::new(device, &optim)
-                .with_accumulation(args.window)
-                .map_err(|error| error.to_string())?
-                .with_items(ClassBatch::len)
-                .into_strategy();
-            launch(
-                args,
-                train,
-                valid,
-                Learner::new(model, optim, scheduler),
-                Some(strategy),
-            )
+            let strategy = match args.devices {
+                1 => SamTraining::new(device, &optim)
+                    .with_accumulation(args.window)
+                    .map_err(|error| error.to_string())?
+                    .with_items(ClassBatch::len),
+                _ => data_parallel(args, &optim)?,
+            };
+            traffic = Some(strategy.traffic());
+            let learner = Learner::new(model, optim, scheduler);
+            launch(args, train, valid, learner, Some(strategy.into_strategy()))
         }
     };
     let indices: Vec<usize> = (0..test.len()).collect();
@@ -210,13 +270,24 @@ pub fn run(args: &Args) -> Result<f64, String> {
     let output = model.forward_classification(ClassBatch { inputs, targets });
     let right = output.output.argmax(1).squeeze::<1>().equal(output.targets);
     let accuracy = right.int().sum().into_scalar().elem::<f64>() / test.len() as f64;
+    let replicas = match args.devices {
+        1 => String::new(),
+        n => format!(", {n} replicas, {:?} ascent", args.ascent),
+    };
     println!(
-        "{:?} ({:?}, window {}): clean test accuracy {:.1}% after {} epochs",
+        "{:?} ({:?}, window {}{replicas}): clean test accuracy {:.1}% after {} epochs",
         args.method,
         args.dtype,
         args.window,
         100.0 * accuracy,
         args.epochs
     );
+    if let Some(traffic) = traffic.filter(|_| args.devices > 1) {
+        println!(
+            "moved between devices: {:.0} bytes per optimizer step ({} steps)",
+            traffic.bytes_per_step(),
+            traffic.steps()
+        );
+    }
     Ok(accuracy)
 }

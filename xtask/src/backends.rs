@@ -25,8 +25,9 @@ pub fn require_lavapipe() {
     }
 }
 
-/// The suite on Vulkan, f32 and f16: `cargo` arguments.
-pub const VULKAN_TEST: [&str; 7] = [
+/// The suite on Vulkan, f32 and f16, and data-parallel SAM over two device handles: `cargo`
+/// arguments.
+pub const VULKAN_TEST: [&str; 9] = [
     "test",
     "--features",
     "vulkan",
@@ -34,6 +35,8 @@ pub const VULKAN_TEST: [&str; 7] = [
     "vulkan",
     "--test",
     "vulkan_f16",
+    "--test",
+    "data_parallel_vulkan",
 ];
 
 /// Whether this machine has an NVIDIA driver: its device node and its user-space library.
@@ -80,6 +83,31 @@ pub fn test_gpu() {
     let data = "--data=examples/data/digits.csv.gz";
     let args = ["all", "--out", out.as_ref(), "--logs", logs.as_ref(), data];
     run(binary.to_str().expect("a UTF-8 path"), &args);
+    match gpu_count() {
+        count if count >= 2 => run(
+            "cargo",
+            &["test", "--features", "cuda", "--test", "data_parallel_cuda"],
+        ),
+        count => eprintln!(
+            "{count} GPU here: the data-parallel tests need two (they run on lavapipe's two \
+             device handles in `cargo xtask test-vulkan`)"
+        ),
+    }
+}
+
+/// The GPUs `nvidia-smi -L` lists (0 without it).
+fn gpu_count() -> usize {
+    Command::new("nvidia-smi")
+        .arg("-L")
+        .output()
+        .map(|out| {
+            let listed = String::from_utf8_lossy(&out.stdout);
+            listed
+                .lines()
+                .filter(|line| line.starts_with("GPU "))
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 /// The bundle's size limit.

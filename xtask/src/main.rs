@@ -3,9 +3,11 @@
 //! - `ci`: formatting, clippy and the docs with the GPU features, a publish dry run of the
 //!   crates, the README's tests, and the Vulkan suite when Mesa's lavapipe is installed
 //!   (`.ci/run` runs this).
-//! - `test-gpu`: the GPU check (`examples/gpu-check`) on this machine's CUDA GPU.
+//! - `test-gpu`: the GPU check (`examples/gpu-check`) on this machine's CUDA GPU, and the
+//!   data-parallel tests where it has two or more.
 //! - `gpu-bundle`: the GPU check as a folder to carry to a GPU host without Rust.
-//! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16.
+//! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16, and the
+//!   data-parallel tests over two device handles.
 //! - `test-tch`: the suite on LibTorch (the `torch` Python package's), f32 and f64.
 //! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch` and
 //!   `pytorch_optimizer==4.1.0`).

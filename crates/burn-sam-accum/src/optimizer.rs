@@ -5,7 +5,7 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{LearningRate, Optimizer, SimpleOptimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::{LossScaleHandle, LossScaled, Sam, StepError, StepReport};
+use burn_sam::{LossScaleHandle, LossScaled, Sam, SamConfig, StepError, StepReport};
 
 use crate::error::or_hand_back;
 use crate::sam_window;
@@ -49,6 +49,12 @@ pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M
 
     /// The loss scale the gradients must carry, shared with the optimizer as it changes.
     fn loss_scale_handle(&self) -> LossScaleHandle;
+
+    /// SAM's configuration, for a [`Sam`] optimizer: what data-parallel training's local
+    /// ascents perturb with.
+    fn sam_config(&self) -> Option<&SamConfig> {
+        None
+    }
 
     /// Runs the window's passes and steps `module` once with learning rate `lr`. On an error
     /// the module comes back as it was.
@@ -144,6 +150,10 @@ where
 
     fn loss_scale_handle(&self) -> LossScaleHandle {
         Sam::loss_scale_handle(self)
+    }
+
+    fn sam_config(&self) -> Option<&SamConfig> {
+        Some(self.config())
     }
 
     fn step_window<T>(

@@ -105,6 +105,11 @@ impl SamConfig {
         }
     }
 
+    /// ASAM's `eta` when [`SamConfig::adaptive`] is on.
+    pub(crate) fn asam_eta(&self) -> Option<f64> {
+        self.adaptive.then_some(self.eta)
+    }
+
     /// Checks every field against its allowed range.
     ///
     /// ```

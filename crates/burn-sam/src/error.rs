@@ -114,6 +114,12 @@ pub enum SamError {
     /// `ascend` was called on a step that takes one pass (LookSAM between its full steps):
     /// call `descend` with the gradient at the unperturbed weights ([`Sam::needs_ascent`](crate::Sam::needs_ascent)).
     SinglePassStep,
+    /// A local ascent ([`Sam::descend_local`](crate::Sam::descend_local)) with a SAM variant:
+    /// GSAM, LookSAM and Friendly-SAM join one ascent to one descent on the same weights.
+    LocalAscentVariant {
+        /// The variant's name.
+        variant: &'static str,
+    },
     /// [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picked no parameter of the module.
     NothingPicked {
         /// The names given.
@@ -176,6 +182,12 @@ impl fmt::Display for SamError {
                 "SAM ascent on a one-pass step (LookSAM between its full steps): call \
                  `descend` with the gradient at the unperturbed weights; `needs_ascent` \
                  says which steps take two passes"
+            ),
+            Self::LocalAscentVariant { variant } => write!(
+                f,
+                "{variant} cannot take local ascents (each replica perturbed by its own \
+                 gradient): its rule joins one ascent to one descent on the same weights; use \
+                 synced ascents, or `SamVariant::Sam`"
             ),
             Self::NothingPicked { names } => write!(
                 f,

@@ -7,6 +7,25 @@ use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use crate::SamError;
+
+/// The parameters [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picks in
+/// `module` (`None`: all of them), an error when it names some and picks none.
+pub(crate) fn perturbed_params<B: Backend, M: Module<B>>(
+    module: &M,
+    names: Option<&[String]>,
+) -> Result<Option<HashSet<ParamId>>, SamError> {
+    let Some(names) = names else {
+        return Ok(None);
+    };
+    let ids = picked(module, names);
+    if ids.is_empty() {
+        let names = names.to_vec();
+        return Err(SamError::NothingPicked { names });
+    }
+    Ok(Some(ids))
+}
+
 /// The ids of the float parameters of `module` that `names` picks: a parameter is picked when
 /// one of the modules around it has a type named in `names` (`BatchNorm`, `LayerNorm`), or
 /// when its dotted path starts with a name at a component boundary (`norm` picks

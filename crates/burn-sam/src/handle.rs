@@ -42,6 +42,7 @@ struct Shared {
     loss_scaled: AtomicBool,
     strategy_step: AtomicBool,
     single_pass: AtomicBool,
+    local_descent: AtomicBool,
 }
 
 impl LossScaleHandle {
@@ -53,6 +54,7 @@ impl LossScaleHandle {
             loss_scaled: AtomicBool::new(false),
             strategy_step: AtomicBool::new(false),
             single_pass: AtomicBool::new(false),
+            local_descent: AtomicBool::new(false),
         }))
     }
 
@@ -95,6 +97,15 @@ impl LossScaleHandle {
         self.0.strategy_step.store(true, Ordering::Relaxed);
     }
 
+    /// Tells a [`Sam`](crate::Sam) optimizer that its next `Optimizer::step` call is the
+    /// descent of data-parallel SAM with local ascents
+    /// ([`Sam::descend_local`](crate::Sam::descend_local)): the replicas perturbed their own
+    /// copies, the module it gets stayed at `w`. Also announces the strategy's step.
+    pub fn announce_local_descent(&self) {
+        self.announce_strategy_step();
+        self.0.local_descent.store(true, Ordering::Relaxed);
+    }
+
     /// Whether the optimizer's next step takes one forward and backward pass where a
     /// [`Sam`](crate::Sam) step takes two (LookSAM between its full steps): what a training
     /// strategy asks before running the step's passes.
@@ -118,6 +129,11 @@ impl LossScaleHandle {
     /// Whether a loss was scaled since the last call.
     pub(crate) fn take_loss_scaled(&self) -> bool {
         self.0.loss_scaled.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether a strategy announced this step as a local descent.
+    pub(crate) fn take_local_descent(&self) -> bool {
+        self.0.local_descent.swap(false, Ordering::Relaxed)
     }
 
     /// Whether a strategy announced this step.

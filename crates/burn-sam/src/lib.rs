@@ -57,6 +57,7 @@ pub use float::widen;
 pub use handle::LossScaleHandle;
 pub use loss_scaled::{LossScaled, LossScaledConfig};
 pub use norm::grad_norm;
+pub use perturb::{perturb, Perturbation};
 pub use precision::{guarded_step, MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
 pub use rules::{ParamValuesRecord, VariantRecord};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};

@@ -4,24 +4,132 @@
 use std::collections::HashSet;
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
+use crate::error::or_hand_back;
+use crate::filter::perturbed_params;
 use crate::float::tracked;
-use crate::norm::weighted;
+use crate::norm::{unscaled_norm, weighted};
 use crate::param_map::ParamMap;
-use crate::widen;
+use crate::{widen, SamConfig, StepError};
+
+/// A module moved by [`perturb`].
+#[derive(Debug)]
+pub struct Perturbation<M> {
+    /// The module at `w + e(w)`; at `w` when the gradient was not finite.
+    pub module: M,
+    /// `||a * g||` of the gradient, unscaled (ASAM's `a = |w| + eta`, SAM's `a = 1`).
+    pub grad_norm: f64,
+    /// False when the gradient was not finite: the module was left at `w`.
+    pub perturbed: bool,
+}
+
+/// SAM's ascent as a pure function of the configuration: moves `module` from `w` to
+/// `w + e(w)`, `e = rho_t * a^2 * g / (||a g|| + eps)`, with `g` the gradient at `w` (`grads`,
+/// carrying `loss_scale`), `rho_t` the radius at learning rate `lr` ([`SamConfig::rho_at`]),
+/// only the parameters [`SamConfig::perturb_only`] picks. [`Sam::ascend`](crate::Sam::ascend)
+/// applies this same rule, and also keeps `w` to step from.
+///
+/// For a copy of the model that is dropped once its gradient is taken: data-parallel SAM's
+/// local ascent, where each replica is perturbed by its own gradient. The SAM variants'
+/// own rules (Friendly-SAM's direction, GSAM's and LookSAM's descents) need the optimizer's
+/// state and are not applied here.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::Tensor;
+/// use burn_sam::{perturb, SamConfig};
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+/// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
+/// let grads = GradientsParams::from_grads(loss.backward(), &model);
+/// let moved = perturb(&SamConfig::new().with_rho(0.05), 0.1, model, grads, 1.0).unwrap();
+/// assert!(moved.perturbed && moved.grad_norm > 0.0);
+/// ```
+///
+/// # Errors
+/// With `module` handed back unmoved: `grads` hold parameters `module` does not have
+/// ([`SamError::ForeignGradients`](crate::SamError::ForeignGradients)), or
+/// [`SamConfig::perturb_only`] picks nothing
+/// ([`SamError::NothingPicked`](crate::SamError::NothingPicked)).
+pub fn perturb<M, B>(
+    config: &SamConfig,
+    lr: LearningRate,
+    module: M,
+    grads: GradientsParams,
+    loss_scale: f32,
+) -> Result<Perturbation<M>, StepError<M>>
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    let picked = or_hand_back!(
+        perturbed_params(&module, config.perturb_only.as_deref()),
+        module
+    );
+    let norm = unscaled_norm(
+        &module,
+        &grads,
+        config.asam_eta(),
+        loss_scale,
+        picked.as_ref(),
+    );
+    let grad_norm = or_hand_back!(norm, module);
+    let (module, _) = ascend_by(config, lr, module, grads, grad_norm, loss_scale, picked);
+    Ok(Perturbation {
+        module,
+        grad_norm,
+        perturbed: grad_norm.is_finite(),
+    })
+}
+
+/// Moves `module` by `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))`, `d` the scaled
+/// ascent direction and `grad_norm` its unscaled `||a d||`, and returns it with every float
+/// tensor of before; unmoved when `grad_norm` is not finite.
+pub(crate) fn ascend_by<M, B>(
+    config: &SamConfig,
+    lr: LearningRate,
+    module: M,
+    direction: GradientsParams,
+    grad_norm: f64,
+    loss_scale: f32,
+    picked: Option<HashSet<ParamId>>,
+) -> (M, ParamMap)
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    let scale = match grad_norm.is_finite() {
+        true => config.rho_at(lr) / (f64::from(loss_scale) * (grad_norm + config.eps)),
+        false => 0.0,
+    };
+    sync_running_states(&module);
+    let mut perturb = Perturb {
+        grads: direction,
+        eta: config.asam_eta(),
+        scale,
+        picked,
+        snapshot: ParamMap::default(),
+    };
+    let module = module.map(&mut perturb);
+    (module, perturb.snapshot)
+}
 
 /// Moves every parameter with a gradient (that `picked` holds, when given) to
 /// `w + scale * a^2 * g` and keeps every float tensor of the module (perturbed or not) in
 /// `snapshot`.
-pub(crate) struct Perturb {
-    pub grads: GradientsParams,
-    pub eta: Option<f64>,
-    pub scale: f64,
-    pub picked: Option<HashSet<ParamId>>,
-    pub snapshot: ParamMap,
+struct Perturb {
+    grads: GradientsParams,
+    eta: Option<f64>,
+    scale: f64,
+    picked: Option<HashSet<ParamId>>,
+    snapshot: ParamMap,
 }
 
 impl<B: AutodiffBackend> ModuleMapper<B> for Perturb {

@@ -6,13 +6,13 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use crate::error::or_hand_back;
-use crate::filter::picked;
+use crate::filter::perturbed_params;
 use crate::merge::merge_devices;
 use crate::param_map::ParamMap;
-use crate::perturb::{snapshot_covers, sync_running_states, Perturb, Restore};
+use crate::perturb::{ascend_by, snapshot_covers, sync_running_states, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
 use crate::rules::{Rules, VariantRecord};
-use crate::{LossScaleHandle, LossScaler, SamConfig, SamError, StepError};
+use crate::{LossScaleHandle, LossScaler, SamConfig, SamError, SamVariant, StepError};
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
 /// ([`SamVariant`](crate::SamVariant)).
@@ -29,10 +29,14 @@ use crate::{LossScaleHandle, LossScaler, SamConfig, SamError, StepError};
 ///   hand the module back ([`StepError`]).
 /// - as an [`Optimizer`], for generic code: `step` after each forward and backward pass on
 ///   the same batch, twice per batch (once where `needs_ascent` is false). The first call is
-///   the ascent (it returns the perturbed module), the second the descent. Burn's default
-///   `Learner` strategy steps once per batch and so cannot run SAM: use
-///   `burn_sam_accum::train::SamTraining` there. The first `step` outside such a strategy
-///   prints a one-time warning saying so.
+///   the ascent (it returns the perturbed module), the second the descent.
+///
+/// **In Burn's `Learner`, run `Sam` under `burn_sam_accum::train::SamTraining`** (one device,
+/// or data-parallel over several with `SamTraining::data_parallel`), never under Burn's own
+/// strategies (`ExecutionStrategy::SingleDevice` or `MultiDevice`): they call `step` once per
+/// batch, so `Sam` would ascend on one batch and descend with the next one's gradient,
+/// silently training something that is not SAM. The first `step` outside a strategy that
+/// announces its steps prints a one-time warning saying so.
 ///
 /// With loss scaling on, every phase needs the gradients of a loss scaled by this optimizer
 /// ([`Sam::scale_loss`], or the [`LossScaleHandle`]'s): a phase whose loss nobody scaled is
@@ -225,10 +229,6 @@ impl<O> Sam<O> {
         self.precision.handle().publish_single_pass(single_pass);
     }
 
-    fn eta(&self) -> Option<f64> {
-        self.config.adaptive.then_some(self.config.eta)
-    }
-
     /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
     /// and keeps `w` for [`Sam::descend`]. `lr` is this step's learning rate, which the
     /// radius follows under a [`SamConfig::rho_schedule`].
@@ -262,17 +262,10 @@ impl<O> Sam<O> {
         if !self.rules.needs_ascent() {
             return Err(StepError::new(module, SamError::SinglePassStep));
         }
-        let picked = self.config.perturb_only.as_ref().map(|names| {
-            let picked = picked(&module, names);
-            (picked, names)
-        });
-        if let Some((ids, names)) = &picked {
-            if ids.is_empty() {
-                let names = names.to_vec();
-                return Err(StepError::new(module, SamError::NothingPicked { names }));
-            }
-        }
-        let picked = picked.map(|(ids, _)| ids);
+        let picked = or_hand_back!(
+            perturbed_params(&module, self.config.perturb_only.as_deref()),
+            module
+        );
         let loss_scale = self.loss_scale();
         let ascent = or_hand_back!(
             self.rules
@@ -283,7 +276,7 @@ impl<O> Sam<O> {
             self.precision.picked_grad_norm(
                 &module,
                 &ascent.direction,
-                self.eta(),
+                self.config.asam_eta(),
                 picked.as_ref()
             ),
             module
@@ -293,24 +286,17 @@ impl<O> Sam<O> {
             log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
             or_hand_back!(self.precision.update(true), module);
         }
-        // e = rho * a^2 * d / (||a d|| + eps), with d = scaled direction / loss_scale.
-        let scale = if perturbed {
-            let rho = self.config.rho_at(lr);
-            rho / (f64::from(loss_scale) * (grad_norm + self.config.eps))
-        } else {
-            0.0
-        };
-        sync_running_states(&module);
-        let mut perturb = Perturb {
-            grads: ascent.direction,
-            eta: self.eta(),
-            scale,
+        let (module, snapshot) = ascend_by(
+            &self.config,
+            lr,
+            module,
+            ascent.direction,
+            grad_norm,
+            loss_scale,
             picked,
-            snapshot: ParamMap::default(),
-        };
-        let module = module.map(&mut perturb);
+        );
         self.pending = Some(Pending {
-            snapshot: perturb.snapshot,
+            snapshot,
             kept: ascent.kept,
             variant_state: ascent.state,
             grad_norm,
@@ -348,15 +334,70 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let two_passes = self.pending.is_some();
-        if two_passes || self.rules.needs_ascent() {
+        let descent = match self.pending.is_some() {
+            true => Descent::AfterAscent,
+            false => Descent::SinglePass,
+        };
+        if descent == Descent::AfterAscent || self.rules.needs_ascent() {
             or_hand_back!(self.check_pending(&module), module);
         }
+        self.step_descent(lr, module, grads, descent)
+    }
+
+    /// The step of data-parallel SAM with local ascents (m-sharpness across replicas): each
+    /// replica moved its own copy of `module` with its own gradient ([`perturb`](crate::perturb)),
+    /// and `grads` is the combination of the replicas' gradients at their perturbed weights.
+    /// Steps `module`, which stayed at `w`, like [`Sam::descend`], with the same loss scaling,
+    /// master weights and skip on a non-finite gradient; the report's `ascent_grad_norm` is
+    /// NaN (each replica had its own). `burn_sam_accum::train::SamTraining` with local ascents
+    /// calls this; nothing else needs to.
+    ///
+    /// # Errors
+    /// With `module` handed back unchanged: an ascent is pending ([`SamError::AscentPending`]),
+    /// or the variant is not SAM ([`SamError::LocalAscentVariant`]: the variants' rules join
+    /// one ascent to one descent). As [`Sam::descend`] for the gradients.
+    pub fn descend_local<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        if self.pending.is_some() {
+            return Err(StepError::new(module, SamError::AscentPending));
+        }
+        if self.config.variant != SamVariant::Sam {
+            let variant = self.config.variant.name();
+            return Err(StepError::new(
+                module,
+                SamError::LocalAscentVariant { variant },
+            ));
+        }
+        self.step_descent(lr, module, grads, Descent::Local)
+    }
+
+    /// The descent's step, once the pending ascent (if any) is known to match `module`.
+    fn step_descent<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        kind: Descent,
+    ) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
         let loss_scale = self.loss_scale();
         let descent = self.precision.grad_norm(&module, &grads, None);
-        let (module, mut pending) = match two_passes {
-            true => self.put_back(module),
-            false => (module, Pending::single_pass()),
+        let (module, mut pending) = match kind {
+            Descent::AfterAscent => self.put_back(module),
+            Descent::SinglePass | Descent::Local => (module, Pending::single_pass()),
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent_grad_norm = or_hand_back!(descent, module);
@@ -374,11 +415,11 @@ impl<O> Sam<O> {
             self.rules
                 .commit_ascent(core::mem::take(&mut pending.variant_state));
         }
-        let outcome = match (applied, two_passes, pending.perturbed) {
+        let outcome = match (applied, kind, pending.perturbed) {
             (false, ..) => StepOutcome::UpdateSkipped,
-            (true, false, _) => StepOutcome::SinglePass,
-            (true, true, false) => StepOutcome::AscentSkipped,
-            (true, true, true) => StepOutcome::Applied,
+            (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
+            (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
+            (true, ..) => StepOutcome::Applied,
         };
         let report = or_hand_back!(
             self.finish(&pending, outcome, descent_grad_norm, loss_scale),
@@ -528,6 +569,17 @@ impl<O> Sam<O> {
     }
 }
 
+/// Which descent a step ends with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Descent {
+    /// After [`Sam::ascend`]: the weights go back to the snapshot.
+    AfterAscent,
+    /// LookSAM's one-pass step.
+    SinglePass,
+    /// After the replicas' own ascents ([`Sam::descend_local`]).
+    Local,
+}
+
 impl Pending {
     /// A one-pass step's: nothing perturbed, nothing kept, the scale update still to make.
     fn single_pass() -> Self {
@@ -577,7 +629,10 @@ where
         if !self.precision.handle().take_strategy_step() {
             warn_outside_strategy();
         }
-        let stepped = if self.needs_ascent() {
+        let stepped = if self.precision.handle().take_local_descent() {
+            self.descend_local(lr, module, grads)
+                .map(|(module, _)| module)
+        } else if self.needs_ascent() {
             self.ascend(lr, module, grads)
         } else {
             self.descend(lr, module, grads).map(|(module, _)| module)

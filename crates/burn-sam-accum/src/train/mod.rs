@@ -1,9 +1,9 @@
 //! SAM, loss scaling and normalised gradient accumulation inside Burn's `Learner` (cargo
-//! feature `train`).
+//! feature `train`), on one device or data-parallel over several.
 //!
-//! [`SamTraining`] replaces Burn's single-device training loop through
-//! `TrainingStrategy::Custom`; metrics, the renderer, validation, checkpoints and early stopping
-//! work as with Burn's default strategy. Per optimizer step it:
+//! [`SamTraining`] replaces Burn's training loop through `TrainingStrategy::Custom`; metrics,
+//! the renderer, validation, checkpoints and early stopping work as with Burn's default
+//! strategy. Per optimizer step it:
 //! - advances the LR scheduler once (Burn's loop advances it once per batch);
 //! - runs the user's `TrainStep` on each micro-batch of the window (1 by default) and weights
 //!   its gradient by its share of the window (items, or equal), summed in f32: the gradient of
@@ -14,27 +14,42 @@
 //!   [`LossScaleHandle::single_pass_step`](burn_sam::LossScaleHandle::single_pass_step) says),
 //!   once for other optimizers ([`WindowOptimizer::PASSES`]).
 //!
+//! Data-parallel ([`SamTraining::data_parallel`]): N replicas of the model on N devices of one
+//! backend, the optimizer on the first (main) device. The data loader is split into N
+//! contiguous parts; each step every replica runs the `TrainStep` on a window from its part,
+//! in its own thread, and the gradients are combined on the main device as the item-weighted
+//! mean over all replicas' batches (Burn's multi-device loop sums them). [`Ascent`] says where
+//! SAM's ascent happens: once, from the combined gradient ([`Ascent::Synced`]: SAM on the
+//! global batch), or on each replica from its own gradient ([`Ascent::Local`]: m-sharpness, no
+//! exchange before the descent). [`Traffic`] counts the bytes moved between devices.
+//!
 //! Loss scaling (f16 models): wrap the optimizer with loss scaling ([`SamConfig::loss_scaling`]
 //! or [`LossScaled`](burn_sam::LossScaled)) and call [`scale_loss`] on the loss the
-//! `TrainStep` back-propagates. The loss scale and the steps skipped on overflow are logged
+//! `TrainStep` back-propagates (on every replica's thread: the strategy sets the scale there).
+//! One scale serves all replicas; a non-finite gradient on any of them skips the step for all,
+//! with one scale update. The loss scale and the steps skipped on overflow are logged
 //! once per epoch (Burn's `Learner` writes the log to `experiment.log` in its artifact
 //! directory).
 //!
 //! Checkpoints are Burn's: the model, the optimizer's record (for [`Sam`](burn_sam::Sam): the base optimizer's
 //! state, SAM's counters, the variant's state, the loss scaler and f32 master weights) and the
-//! scheduler. A resumed
-//! run replays the data loader's shuffles of the epochs it skips, so it continues where the
-//! uninterrupted run would be.
+//! scheduler. A resumed run replays the data loaders' shuffles of the epochs it skips (each
+//! replica's), so it continues where the uninterrupted run would be.
 //!
 //! [`SamConfig::loss_scaling`]: burn_sam::SamConfig::loss_scaling
 
-use std::cell::RefCell;
+mod pass_scale;
+mod replicas;
+mod transfer;
+
 use std::sync::Arc;
 
+use burn::config::Config;
+use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::Progress;
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend, DeviceOps};
+use burn::tensor::backend::{AutodiffBackend, DeviceOps};
 use burn::tensor::{Device, Tensor};
 use burn::train::{
     EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent,
@@ -42,56 +57,14 @@ use burn::train::{
     TrainLoader, TrainStep, TrainingComponents, TrainingItem, TrainingModel, TrainingStrategy,
     ValidLoader,
 };
-use burn_sam::{ConfigError, LossScaleHandle};
+use burn_sam::{ConfigError, LossScaleHandle, SamConfig, SamError, SamVariant};
 
-use crate::grad_sum::GradSum;
+pub use pass_scale::scale_loss;
+pub use replicas::Traffic;
+
 use crate::window::item_weights;
-use crate::{AccumulationConfig, WindowOptimizer};
-
-/// The loss scale of the pass running on this thread, and whether the `TrainStep` used it.
-struct PassScale {
-    handle: LossScaleHandle,
-    used: bool,
-}
-
-thread_local! {
-    static PASS_SCALE: RefCell<Option<PassScale>> = const { RefCell::new(None) };
-}
-
-/// `loss` times the loss scale of the pass [`SamTraining`] is running, in f32: call `backward`
-/// on this in your `TrainStep`. Returns `loss` unchanged without loss scaling and outside
-/// [`SamTraining`], so the same `TrainStep` serves f32 and f16 training. Keep the unscaled
-/// loss in the step's output, for the metrics.
-///
-/// ```
-/// use burn::backend::{Autodiff, Flex};
-/// use burn::tensor::Tensor;
-/// use burn_sam_accum::train::scale_loss;
-///
-/// let loss = Tensor::<Autodiff<Flex>, 1>::from_floats([0.5], &Default::default());
-/// // Outside a training strategy's pass: unchanged.
-/// assert_eq!(scale_loss(loss).into_scalar(), 0.5);
-/// ```
-pub fn scale_loss<B: Backend, const D: usize>(loss: Tensor<B, D>) -> Tensor<B, D> {
-    PASS_SCALE.with_borrow_mut(|pass| match pass {
-        Some(pass) => {
-            pass.used = true;
-            pass.handle.scale_loss(loss)
-        }
-        None => loss,
-    })
-}
-
-/// Runs `step` with `handle` scaling the pass's loss; also says whether `step` asked for it.
-fn with_pass_scale<T>(handle: &LossScaleHandle, step: impl FnOnce() -> T) -> (T, bool) {
-    PASS_SCALE.set(Some(PassScale {
-        handle: handle.clone(),
-        used: false,
-    }));
-    let output = step();
-    let used = PASS_SCALE.take().is_some_and(|pass| pass.used);
-    (output, used)
-}
+use crate::{AccumError, AccumulationConfig, WindowOptimizer};
+use replicas::{LocalAscent, Replicas};
 
 type Input<LC> = <TrainingModel<LC> as TrainStep>::Input;
 type Output<LC> = <TrainingModel<LC> as TrainStep>::Output;
@@ -122,10 +95,27 @@ type ItemCount<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 /// # }
 /// ```
 pub struct SamTraining<LC: LearningComponentsTypes> {
-    device: Device<LC::Backend>,
+    replicas: Replicas<LC::Backend>,
+    ascent: Ascent,
+    /// The configuration local ascents perturb with (a SAM optimizer's, under `Ascent::Local`).
+    local: Option<SamConfig>,
     loss_scale: LossScaleHandle,
     window: Option<usize>,
     items: Option<ItemCount<Input<LC>>>,
+}
+
+/// Where data-parallel SAM takes its ascent ([`SamTraining::data_parallel`]).
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum Ascent {
+    /// One perturbation from the gradient combined over all replicas, sent to every replica,
+    /// then the combined descent gradient: SAM on the global batch, exactly. Two gradient
+    /// exchanges and two model broadcasts per step; every SAM variant.
+    Synced,
+    /// Each replica perturbs its own copy with its own gradient, without an exchange before
+    /// the descent; the descent gradients are combined and the base optimizer steps once:
+    /// m-sharpness with m = a replica's window (DDP's `no_sync()` ascent). One exchange and
+    /// one broadcast per step, as plain data parallelism; `SamVariant::Sam` only.
+    Local,
 }
 
 impl<LC> SamTraining<LC>
@@ -139,11 +129,68 @@ where
     /// the builder's `grads_accumulation` or [`SamTraining::with_accumulation`] says more.
     pub fn new(device: Device<LC::Backend>, optim: &LC::Optimizer) -> Self {
         Self {
-            device,
+            replicas: Replicas::new(vec![device], Traffic::default()),
+            ascent: Ascent::Synced,
+            local: None,
             loss_scale: optim.loss_scale_handle(),
             window: None,
             items: None,
         }
+    }
+
+    /// A strategy training a replica of the model on each of `devices` (the same device may
+    /// be listed more than once), the optimizer on the first, with SAM's ascent where `ascent`
+    /// says (optimizers that take one pass ignore it: plain data parallelism). Each replica
+    /// takes a window of batches per step from its part of the data loader: the global batch
+    /// is `devices.len()` times the loader's, and [`SamTraining::with_items`] weights batches
+    /// of different sizes by their items across replicas too.
+    ///
+    /// ```no_run
+    /// # use burn::train::{LearningComponentsTypes, TrainingStrategy};
+    /// # use burn_sam_accum::WindowOptimizer;
+    /// # fn wire<LC: LearningComponentsTypes + 'static>(
+    /// #     gpus: Vec<burn::tensor::Device<LC::Backend>>, optim: &LC::Optimizer,
+    /// # ) -> Result<TrainingStrategy<LC>, burn_sam_accum::AccumError>
+    /// # where LC::Optimizer: WindowOptimizer<LC::TrainingModel, LC::Backend>,
+    /// #       <LC::TrainingModel as burn::train::TrainStep>::Input: Clone,
+    /// # {
+    /// use burn_sam_accum::train::{Ascent, SamTraining};
+    ///
+    /// let strategy = SamTraining::data_parallel(gpus, optim, Ascent::Synced)?.into_strategy();
+    /// # Ok(strategy)
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// No device ([`AccumError::InvalidConfig`]), or [`Ascent::Local`] with a SAM variant
+    /// other than SAM ([`SamError::LocalAscentVariant`](burn_sam::SamError::LocalAscentVariant)
+    /// in [`AccumError::Optimizer`]).
+    pub fn data_parallel(
+        devices: Vec<Device<LC::Backend>>,
+        optim: &LC::Optimizer,
+        ascent: Ascent,
+    ) -> Result<Self, AccumError> {
+        ConfigError::check(
+            "SamTraining::data_parallel",
+            "devices",
+            devices.len() as f64,
+            "at least 1 device",
+            !devices.is_empty(),
+        )?;
+        let local = match (ascent, optim.sam_config()) {
+            (Ascent::Local, Some(config)) if config.variant != SamVariant::Sam => {
+                let variant = config.variant.name();
+                return Err(SamError::LocalAscentVariant { variant }.into());
+            }
+            (Ascent::Local, config) => config.cloned(),
+            (Ascent::Synced, _) => None,
+        };
+        Ok(Self {
+            replicas: Replicas::new(devices, Traffic::default()),
+            ascent,
+            local,
+            ..Self::new(Default::default(), optim)
+        })
     }
 
     /// `SamTraining::new(device, optim).into_strategy()`: the strategy to give
@@ -157,9 +204,20 @@ where
         TrainingStrategy::Custom(Arc::new(self))
     }
 
-    /// Steps once per `window` batches of the data loader, with the gradient of their union.
-    /// Overrides `SupervisedTraining::grads_accumulation`, which is otherwise taken as the
-    /// window. An error for `window = 0`.
+    /// The bytes this strategy moves between devices, as it trains: keep it before
+    /// [`SamTraining::into_strategy`].
+    pub fn traffic(&self) -> Traffic {
+        self.replicas.traffic().clone()
+    }
+
+    /// The ascent of data-parallel SAM.
+    pub fn ascent(&self) -> Ascent {
+        self.ascent
+    }
+
+    /// Steps once per `window` batches of the data loader (per replica), with the gradient of
+    /// their union. Overrides `SupervisedTraining::grads_accumulation`, which is otherwise
+    /// taken as the window. An error for `window = 0`.
     pub fn with_accumulation(mut self, window: usize) -> Result<Self, ConfigError> {
         AccumulationConfig::new(window).validate()?;
         self.window = Some(window);
@@ -189,53 +247,46 @@ where
         window
     }
 
-    fn weights(&self, inputs: &[Input<LC>]) -> Vec<f64> {
-        let counts = inputs
+    /// Each batch's share of the step, replica by replica.
+    fn weights(&self, shards: &[Vec<Input<LC>>]) -> Vec<Vec<f64>> {
+        let counts: Vec<Option<usize>> = shards
             .iter()
-            .map(|input| self.items.as_ref().map(|items| items(input)));
-        item_weights(counts).unwrap_or_else(|error| panic!("{error}"))
+            .flatten()
+            .map(|input| self.items.as_ref().map(|items| items(input)))
+            .collect();
+        let mut weights = item_weights(counts.into_iter())
+            .unwrap_or_else(|error| panic!("{error}"))
+            .into_iter();
+        shards
+            .iter()
+            .map(|inputs| weights.by_ref().take(inputs.len()).collect())
+            .collect()
     }
 
-    /// The window's gradient at the learner's model, `sum_i w_i grad L_i` carrying the
-    /// current loss scale, one `TrainStep` at a time; each output goes to `output`.
-    fn window_gradient(
+    /// One pass's gradient at the learner's model, in the form the optimizer steps with.
+    fn gradient(
         &self,
         learner: &Learner<LC>,
-        inputs: impl ExactSizeIterator<Item = Input<LC>>,
-        weights: &[f64],
-        mut output: impl FnMut(usize, Output<LC>),
-    ) -> GradientsParams {
-        let handle = &self.loss_scale;
-        let single = inputs.len() == 1;
+        shards: Vec<Vec<Input<LC>>>,
+        weights: &[Vec<f64>],
+        local: LocalAscent<'_>,
+    ) -> (GradientsParams, Vec<Vec<Output<LC>>>) {
         let model = learner.model();
-        let mut sum = GradSum::default();
-        for (index, input) in inputs.enumerate() {
-            let (step, used) = with_pass_scale(handle, || learner.train_step(input));
-            assert!(
-                used || !handle.is_scaling(),
-                "loss scaling is on (scale {}) but the TrainStep did not call \
-                 burn_sam_accum::train::scale_loss on the loss it back-propagates",
-                handle.get()
-            );
-            output(index, step.item);
-            if single {
-                return step.grads;
-            }
-            sum.add(&model, step.grads, weights[index])
-                .unwrap_or_else(|error| panic!("{error}"));
-        }
-        let grads = sum.into_grads();
-        if <LC::Optimizer as WindowOptimizer<_, _>>::WIDE_GRADIENTS {
-            grads
-        } else {
-            cast_to_params(&model, grads)
-        }
+        let combined = self
+            .replicas
+            .gradient(&model, shards, weights, &self.loss_scale, local);
+        let wide = <LC::Optimizer as WindowOptimizer<_, _>>::WIDE_GRADIENTS;
+        let grads = match combined.raw || wide {
+            true => combined.grads,
+            false => cast_to_params(&model, combined.grads),
+        };
+        (grads, combined.outputs)
     }
 
     fn train_epoch(
         &self,
         learner: &mut Learner<LC>,
-        loader: &TrainLoader<LC>,
+        loaders: &[TrainLoader<LC>],
         window: usize,
         epoch: &Progress,
         processor: &mut SupervisedTrainingEventProcessor<LC>,
@@ -243,51 +294,62 @@ where
     ) {
         let most_passes = <LC::Optimizer as WindowOptimizer<_, _>>::PASSES;
         let overflows = self.loss_scale.overflows();
-        let mut iterator = loader.iter();
+        let mut iterators: Vec<_> = loaders.iter().map(|loader| loader.iter()).collect();
         let mut iteration = 0;
         loop {
-            let mut inputs = Vec::with_capacity(window);
-            let mut progresses = Vec::with_capacity(window);
-            while inputs.len() < window {
-                let Some(input) = iterator.next() else { break };
-                inputs.push(input);
-                progresses.push(iterator.progress());
+            let mut shards = Vec::with_capacity(iterators.len());
+            let mut progress = Progress::new(0, 0);
+            for iterator in &mut iterators {
+                let inputs: Vec<_> = iterator.by_ref().take(window).collect();
+                let part = iterator.progress();
+                progress.items_processed += part.items_processed;
+                progress.items_total += part.items_total;
+                shards.push(inputs);
             }
-            if inputs.is_empty() {
+            if shards.iter().all(Vec::is_empty) {
                 break;
             }
             learner.lr_step();
             let lr = learner.lr_current();
-            let weights = self.weights(&inputs);
-            let passes = match self.loss_scale.single_pass_step() {
-                true => 1,
-                false => most_passes,
-            };
-            for pass in 1..=passes {
-                let mut report = |index: usize, item: Output<LC>| {
-                    if pass > 1 {
-                        return;
-                    }
+            let weights = self.weights(&shards);
+            let batches: usize = weights.iter().map(Vec::len).sum();
+            let mut report = |outputs: Vec<Vec<Output<LC>>>| {
+                for (index, item) in outputs.into_iter().flatten().enumerate() {
                     let item = TrainingItem::new(
                         item,
-                        progresses[index].clone(),
+                        progress.clone(),
                         epoch.clone(),
                         Some(iteration + index + 1),
                         Some(lr),
                     );
                     processor.process_train(LearnerEvent::ProcessedItem(item));
-                };
-                let grads = if pass < passes {
-                    let inputs = inputs.iter().cloned();
-                    self.window_gradient(learner, inputs, &weights, &mut report)
-                } else {
-                    let inputs = std::mem::take(&mut inputs).into_iter();
-                    self.window_gradient(learner, inputs, &weights, &mut report)
-                };
-                self.loss_scale.announce_strategy_step();
+                }
+            };
+            let passes = match self.loss_scale.single_pass_step() {
+                true => 1,
+                false => most_passes,
+            };
+            if let (Some(config), 2) = (&self.local, passes) {
+                let (grads, outputs) = self.gradient(learner, shards, &weights, Some((config, lr)));
+                report(outputs);
+                self.loss_scale.announce_local_descent();
                 learner.optimizer_step(grads);
+            } else {
+                for pass in 1..=passes {
+                    let shards = match pass < passes {
+                        true => shards.clone(),
+                        false => std::mem::take(&mut shards),
+                    };
+                    let (grads, outputs) = self.gradient(learner, shards, &weights, None);
+                    if pass == 1 {
+                        report(outputs);
+                    }
+                    self.loss_scale.announce_strategy_step();
+                    learner.optimizer_step(grads);
+                }
             }
-            iteration += weights.len();
+            self.replicas.traffic().step();
+            iteration += batches;
             if interrupter.should_stop() {
                 break;
             }
@@ -370,12 +432,20 @@ where
         starting_epoch: usize,
     ) -> (TrainingModel<LC>, SupervisedTrainingEventProcessor<LC>) {
         let window = self.window(components.grad_accumulation);
-        let loader_train = loader_train.to_device(&self.device);
-        let loader_valid = loader_valid.to_device(self.device.inner());
-        learner.fork(&self.device);
+        let devices = self.replicas.devices();
+        let main = self.replicas.main();
+        let loaders_train: Vec<_> = split_dataloader(loader_train, devices)
+            .into_iter()
+            .zip(devices)
+            .map(|(loader, device)| loader.to_device(device))
+            .collect();
+        let loader_valid = loader_valid.to_device(main.inner());
+        learner.fork(main);
         // A shuffling loader draws a new order each epoch: draw those of the skipped epochs.
         for _ in 1..starting_epoch {
-            drop(loader_train.iter());
+            for loader in &loaders_train {
+                drop(loader.iter());
+            }
         }
         let mut processor = components.event_processor;
         let mut checkpointer = components.checkpointer;
@@ -386,7 +456,7 @@ where
             let progress = Progress::new(epoch, components.num_epochs);
             self.train_epoch(
                 &mut learner,
-                &loader_train,
+                &loaders_train,
                 window,
                 &progress,
                 &mut processor,

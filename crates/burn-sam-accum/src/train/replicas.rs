@@ -1,0 +1,338 @@
+//! Data parallelism over replicas of the model: one worker thread per replica, each on its
+//! device with its share of the window, running the user's `TrainStep`; the gradients are
+//! combined on the main device in replica order, so results do not depend on which thread
+//! finishes first. Replicas are keyed by their index, never by device id: CPU devices all
+//! report the same id.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::{GradientsParams, LearningRate};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Device, Tensor};
+use burn::train::{TrainOutput, TrainStep};
+use burn_sam::{perturb, LossScaleHandle, SamConfig};
+
+use super::pass_scale::with_pass_scale;
+use super::transfer::{fork_to, grads_to};
+use crate::grad_sum::GradSum;
+
+/// Bytes sent between the replicas' devices (the model or the perturbed model out to each
+/// replica but the main one, their gradients back), counted as they are sent, and the
+/// optimizer steps they served. The same devices listed twice (CPU tests) count the bytes a
+/// transfer between distinct devices would move.
+///
+/// ```
+/// use burn_sam_accum::train::Traffic;
+///
+/// let traffic = Traffic::default();
+/// assert_eq!((traffic.bytes(), traffic.steps(), traffic.bytes_per_step()), (0, 0, 0.0));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Traffic(Arc<Counts>);
+
+#[derive(Debug, Default)]
+struct Counts {
+    bytes: AtomicU64,
+    steps: AtomicU64,
+}
+
+impl Traffic {
+    /// Bytes sent since the strategy was built.
+    pub fn bytes(&self) -> u64 {
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Optimizer steps taken since the strategy was built.
+    pub fn steps(&self) -> u64 {
+        self.0.steps.load(Ordering::Relaxed)
+    }
+
+    /// Mean bytes per optimizer step (0 before the first).
+    pub fn bytes_per_step(&self) -> f64 {
+        match self.steps() {
+            0 => 0.0,
+            steps => self.bytes() as f64 / steps as f64,
+        }
+    }
+
+    fn send(&self, bytes: u64) {
+        self.0.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(super) fn step(&self) {
+        self.0.steps.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The devices of the replicas, the first one the main device (the optimizer's).
+pub(super) struct Replicas<B: AutodiffBackend> {
+    devices: Vec<Device<B>>,
+    traffic: Traffic,
+}
+
+/// The combined result of one pass over the replicas.
+pub(super) struct Combined<T> {
+    /// `sum_r sum_i w_ri grad L_ri` on the main device.
+    pub grads: GradientsParams,
+    /// Whether `grads` is one `TrainStep`'s gradient as it came (one replica, one batch):
+    /// then in the parameters' float type, otherwise in f32.
+    pub raw: bool,
+    /// The `TrainStep` outputs of the first pass, replica by replica.
+    pub outputs: Vec<Vec<T>>,
+}
+
+/// SAM's radius and rule for local ascents, and the step's learning rate.
+pub(super) type LocalAscent<'a> = Option<(&'a SamConfig, LearningRate)>;
+
+impl<B: AutodiffBackend> Replicas<B> {
+    pub fn new(devices: Vec<Device<B>>, traffic: Traffic) -> Self {
+        Self { devices, traffic }
+    }
+
+    pub fn devices(&self) -> &[Device<B>] {
+        &self.devices
+    }
+
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
+    pub fn main(&self) -> &Device<B> {
+        &self.devices[0]
+    }
+
+    /// The window's gradient at `model`, replica `r` taking the gradient of
+    /// `sum_i weights[r][i] L(shards[r][i])` on its device, in its thread. With `local`, each
+    /// replica first moves its copy by its own gradient ([`perturb`]) and gives the gradient
+    /// at its moved copy; one whose gradient was not finite gives that gradient instead, so
+    /// that the combined one is not finite and the step is skipped everywhere.
+    pub fn gradient<M>(
+        &self,
+        model: &M,
+        shards: Vec<Vec<M::Input>>,
+        weights: &[Vec<f64>],
+        handle: &LossScaleHandle,
+        local: LocalAscent<'_>,
+    ) -> Combined<M::Output>
+    where
+        M: TrainStep + AutodiffModule<B>,
+        M::Input: Clone,
+    {
+        // The models go out and the gradients come back on this thread, the passes run in the
+        // replicas' threads: on Burn 0.21's fusion backends (Vulkan) a replica that read the
+        // perturbed model from its own thread computed at stale weights.
+        let jobs: Vec<_> = shards
+            .into_iter()
+            .enumerate()
+            .filter(|(_, inputs)| !inputs.is_empty())
+            .map(|(index, inputs)| (index, self.send_model(index, model.clone()), inputs))
+            .collect();
+        let pass = |(index, replica, inputs): (usize, M, Vec<M::Input>)| {
+            let pass = replica_pass(replica, inputs, &weights[index], handle, local);
+            (index, pass)
+        };
+        let passes: Vec<_> = match jobs.len() {
+            1 => jobs.into_iter().map(pass).collect(),
+            _ => std::thread::scope(|scope| {
+                let workers: Vec<_> = jobs
+                    .into_iter()
+                    .map(|job| {
+                        let pass = &pass;
+                        scope.spawn(move || pass(job))
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|worker| join(worker.join()))
+                    .collect()
+            }),
+        };
+        let results = passes
+            .into_iter()
+            .map(|(index, (grads, replica, outputs))| {
+                (self.receive_grads(index, grads, &replica), outputs)
+            })
+            .collect();
+        combine(model, results, weights)
+    }
+
+    /// The model on replica `index`'s device, counted as sent unless that is the main one.
+    fn send_model<M: AutodiffModule<B>>(&self, index: usize, model: M) -> M {
+        let replica = fork_to(model, &self.devices[index]);
+        if index != 0 {
+            self.traffic.send(module_bytes(&replica));
+        }
+        replica
+    }
+
+    /// Replica `index`'s gradients on the main device, counted as sent unless they are there.
+    fn receive_grads<M: AutodiffModule<B>>(
+        &self,
+        index: usize,
+        grads: GradientsParams,
+        replica: &M,
+    ) -> GradientsParams {
+        if index == 0 {
+            return grads;
+        }
+        self.traffic.send(grad_bytes(replica, &grads));
+        grads_to(grads, replica, self.main())
+    }
+}
+
+/// A replica's panic (a `TrainStep` that failed, a misuse) goes on in the main thread.
+fn join<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Sums the replicas' gradients in replica order; one replica with one batch of weight 1 (the
+/// single-device step) keeps its gradient as it came.
+fn combine<B, M>(
+    model: &M,
+    results: Vec<(GradientsParams, Vec<M::Output>)>,
+    weights: &[Vec<f64>],
+) -> Combined<M::Output>
+where
+    B: AutodiffBackend,
+    M: TrainStep + AutodiffModule<B>,
+{
+    let raw = weights.len() == 1 && weights[0] == [1.0];
+    let mut sum = GradSum::default();
+    let mut single = None;
+    let mut outputs = Vec::with_capacity(results.len());
+    for (grads, replica_outputs) in results {
+        outputs.push(replica_outputs);
+        if raw {
+            single = Some(grads);
+        } else {
+            sum.add(model, grads, 1.0)
+                .unwrap_or_else(|error| panic!("{error}"));
+        }
+    }
+    Combined {
+        grads: single.unwrap_or_else(|| sum.into_grads()),
+        raw,
+        outputs,
+    }
+}
+
+/// One replica's pass on its device: its weighted gradient (at its moved copy under a local
+/// ascent), the copy it was taken at, and the `TrainStep` outputs of the first pass.
+fn replica_pass<B, M>(
+    replica: M,
+    inputs: Vec<M::Input>,
+    weights: &[f64],
+    handle: &LossScaleHandle,
+    local: LocalAscent<'_>,
+) -> (GradientsParams, M, Vec<M::Output>)
+where
+    B: AutodiffBackend,
+    M: TrainStep + AutodiffModule<B>,
+    M::Input: Clone,
+{
+    let mut outputs = Vec::with_capacity(inputs.len());
+    let Some((config, lr)) = local else {
+        let grads = weighted_gradient(&replica, inputs, weights, handle, Some(&mut outputs));
+        return (grads, replica, outputs);
+    };
+    let first = inputs.clone();
+    let ascent = weighted_gradient(&replica, first, weights, handle, Some(&mut outputs));
+    let kept = shared_copy(&replica, &ascent);
+    let moved = perturb(config, lr, replica, ascent, handle.get())
+        .unwrap_or_else(|error| panic!("{}", error.error));
+    if !moved.perturbed {
+        return (kept, moved.module, outputs);
+    }
+    drop(kept);
+    let grads = weighted_gradient(&moved.module, inputs, weights, handle, None);
+    (grads, moved.module, outputs)
+}
+
+/// `sum_i weights[i] grad L(inputs[i])` at `model`, summed in f32 (f64 for f64 gradients);
+/// one input of weight 1 gives its gradient as it came.
+fn weighted_gradient<B, M>(
+    model: &M,
+    inputs: Vec<M::Input>,
+    weights: &[f64],
+    handle: &LossScaleHandle,
+    mut outputs: Option<&mut Vec<M::Output>>,
+) -> GradientsParams
+where
+    B: AutodiffBackend,
+    M: TrainStep + AutodiffModule<B>,
+{
+    let mut sum = GradSum::default();
+    for (input, &weight) in inputs.into_iter().zip(weights) {
+        let TrainOutput { grads, item } = with_pass_scale(handle, || model.step(input));
+        if let Some(outputs) = outputs.as_mut() {
+            outputs.push(item);
+        }
+        if weights == [1.0] {
+            return grads;
+        }
+        sum.add(model, grads, weight)
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
+    sum.into_grads()
+}
+
+/// A second handle on every gradient of `grads` (no copy of the data).
+fn shared_copy<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &GradientsParams,
+) -> GradientsParams {
+    struct Share<'a> {
+        grads: &'a GradientsParams,
+        copy: GradientsParams,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Share<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
+                self.copy.register(param.id, grad);
+            }
+        }
+    }
+    let mut share = Share {
+        grads,
+        copy: GradientsParams::new(),
+    };
+    model.visit(&mut share);
+    share.copy
+}
+
+/// The bytes of the module's float tensors.
+fn module_bytes<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M) -> u64 {
+    struct Bytes(u64);
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Bytes {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0 += tensor_bytes(&param.val());
+        }
+    }
+    let mut bytes = Bytes(0);
+    model.visit(&mut bytes);
+    bytes.0
+}
+
+/// The bytes of the module's gradients in `grads`.
+fn grad_bytes<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M, grads: &GradientsParams) -> u64 {
+    struct Bytes<'a> {
+        grads: &'a GradientsParams,
+        bytes: u64,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Bytes<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
+                self.bytes += tensor_bytes(&grad);
+            }
+        }
+    }
+    let mut bytes = Bytes { grads, bytes: 0 };
+    model.visit(&mut bytes);
+    bytes.bytes
+}
+
+fn tensor_bytes<B: burn::tensor::backend::Backend, const D: usize>(tensor: &Tensor<B, D>) -> u64 {
+    (tensor.shape().num_elements() * tensor.dtype().size()) as u64
+}

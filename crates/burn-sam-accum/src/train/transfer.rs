@@ -1,0 +1,73 @@
+//! Models and gradients moved between the replicas' devices.
+//!
+//! Burn 0.21's CubeCL backends move a tensor to another device with the runtime's
+//! device-to-device send and receive, which cubecl-wgpu 0.10 leaves unimplemented (a
+//! `not implemented` panic in `ServerCommunication::comm_init`). On wgpu (Vulkan, Metal,
+//! WebGPU) the data goes through the host instead; every other backend moves it itself (CUDA
+//! peer to peer, the CPU backends by reference).
+
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Device, Tensor};
+
+/// Whether the backend's own `to_device` works between its devices.
+fn moves_itself<B: Backend>(device: &Device<B>) -> bool {
+    !B::name(device).contains("wgpu<")
+}
+
+fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B>) -> Tensor<B, D> {
+    if tensor.device() == *device || moves_itself::<B>(device) {
+        return tensor.to_device(device);
+    }
+    Tensor::from_data(tensor.into_data(), device)
+}
+
+/// The module on `device` with a fresh autodiff graph (`Module::fork`).
+pub(super) fn fork_to<B: AutodiffBackend, M: AutodiffModule<B>>(model: M, device: &Device<B>) -> M {
+    if moves_itself::<B>(device) {
+        return model.fork(device);
+    }
+    struct HostMove<'a, B: Backend>(&'a Device<B>);
+    impl<B: AutodiffBackend> ModuleMapper<B> for HostMove<'_, B> {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let (id, tensor, mapper) = param.consume();
+            let require_grad = tensor.is_require_grad();
+            let moved = Tensor::from_inner(tensor_to(tensor.inner(), self.0));
+            let moved = if require_grad {
+                moved.require_grad()
+            } else {
+                moved
+            };
+            Param::from_mapped_value(id, moved, mapper)
+        }
+    }
+    // The float parameters are then on `device` already: `fork` detaches them and moves the
+    // rest (integer parameters, running statistics).
+    model.map(&mut HostMove(device)).fork(device)
+}
+
+/// `grads`, gradients of `model`'s parameters, on `device`.
+pub(super) fn grads_to<B: AutodiffBackend, M: AutodiffModule<B>>(
+    grads: GradientsParams,
+    model: &M,
+    device: &Device<B>,
+) -> GradientsParams {
+    if moves_itself::<B>(device) {
+        return grads.to_device(device, model);
+    }
+    struct HostMove<'a, B: Backend> {
+        device: &'a Device<B>,
+        grads: GradientsParams,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for HostMove<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+                self.grads.register(param.id, tensor_to(grad, self.device));
+            }
+        }
+    }
+    let mut host = HostMove { device, grads };
+    model.visit(&mut host);
+    host.grads
+}
