@@ -270,9 +270,10 @@ pub fn run(args: &Args) -> Result<f64, String> {
     let output = model.forward_classification(ClassBatch { inputs, targets });
     let right = output.output.argmax(1).squeeze::<1>().equal(output.targets);
     let accuracy = right.int().sum().into_scalar().elem::<f64>() / test.len() as f64;
-    let replicas = match args.devices {
-        1 => String::new(),
-        n => format!(", {n} replicas, {:?} ascent", args.ascent),
+    let replicas = match (args.devices, args.method) {
+        (1, _) => String::new(),
+        (n, Method::Sgd) => format!(", {n} replicas"),
+        (n, Method::Sam) => format!(", {n} replicas, {:?} ascent", args.ascent),
     };
     println!(
         "{:?} ({:?}, window {}{replicas}): clean test accuracy {:.1}% after {} epochs",
