@@ -17,7 +17,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
-use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord};
+use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{blobs, ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet};
@@ -47,6 +47,11 @@ macro_rules! data_parallel_suite {
             #[test]
             fn synced_ascent_is_sam_on_the_union_batch() {
                 dp::synced_is_sam_on_the_union::<B>(devices());
+            }
+
+            #[test]
+            fn synced_ascent_runs_every_variant_as_on_the_union_batch() {
+                dp::synced_runs_every_variant::<B>(devices());
             }
 
             #[test]
@@ -341,6 +346,46 @@ pub fn synced_is_sam_on_the_union<B: AutodiffBackend>(devices: [Device<B>; 2]) {
     assert!(relative_difference(&weights(&unweighted), &weights(&expected)) > 1e-5);
 }
 
+pub fn synced_runs_every_variant<B: AutodiffBackend>(devices: [Device<B>; 2]) {
+    let model = model::<B>(&devices[0]);
+    // LookSAM every second step: full and one-pass steps both cross the replicas.
+    let variants = [
+        SamVariant::gsam(),
+        SamVariant::LookSam { k: 2, alpha: 0.7 },
+        SamVariant::friendly_sam(),
+    ];
+    for variant in variants {
+        let optim = || {
+            SamConfig::new()
+                .with_rho(0.05)
+                .with_variant(variant.clone())
+                .init(sgd::<B>(true))
+        };
+        let sam = optim();
+        let single = SamTraining::new(devices[0].clone(), &sam).with_items(ClassBatch::len);
+        let expected = run(
+            &artifacts("variant-single"),
+            loader(union_order(&examples()), 16),
+            3,
+            Learner::new(model.clone(), sam, scheduler()),
+            single,
+            None,
+        );
+        let sam = optim();
+        let strategy = data_parallel(&devices, &sam, Ascent::Synced);
+        let actual = run(
+            &artifacts("variant-synced"),
+            loader(examples(), 8),
+            3,
+            Learner::new(model.clone(), sam, scheduler()),
+            strategy,
+            None,
+        );
+        let difference = relative_difference(&weights(&actual), &weights(&expected));
+        assert!(difference <= 1e-5, "{}: {difference:e}", variant.name());
+    }
+}
+
 /// Moves every parameter with a gradient by `scale * g`.
 struct Shift<'a> {
     grads: &'a GradientsParams,
@@ -584,7 +629,7 @@ pub fn resume_equals_uninterrupted<B: AutodiffBackend>(devices: [Device<B>; 2]) 
 
 pub fn local_variant_refused<B: AutodiffBackend>(devices: [Device<B>; 2]) {
     let optim = SamConfig::new()
-        .with_variant(burn_sam::SamVariant::gsam())
+        .with_variant(SamVariant::gsam())
         .init(sgd::<B>(false));
     let error = SamTraining::<Components<B, f64, Sam<SgdOptim<B>>>>::data_parallel(
         devices.to_vec(),
