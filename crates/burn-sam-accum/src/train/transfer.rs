@@ -11,13 +11,14 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, Tensor};
 
-/// Whether the backend's own `to_device` works between its devices.
-fn moves_itself<B: Backend>(device: &Device<B>) -> bool {
-    !B::name(device).contains("wgpu<")
+/// Whether tensors change device through the host: the backend's own `to_device` does not
+/// work between its devices (wgpu).
+pub(super) fn through_host<B: Backend>(device: &Device<B>) -> bool {
+    B::name(device).contains("wgpu<")
 }
 
 fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B>) -> Tensor<B, D> {
-    if tensor.device() == *device || moves_itself::<B>(device) {
+    if tensor.device() == *device || !through_host::<B>(device) {
         return tensor.to_device(device);
     }
     Tensor::from_data(tensor.into_data(), device)
@@ -25,7 +26,7 @@ fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B
 
 /// The module on `device` with a fresh autodiff graph (`Module::fork`).
 pub(super) fn fork_to<B: AutodiffBackend, M: AutodiffModule<B>>(model: M, device: &Device<B>) -> M {
-    if moves_itself::<B>(device) {
+    if !through_host::<B>(device) {
         return model.fork(device);
     }
     struct HostMove<'a, B: Backend>(&'a Device<B>);
@@ -53,7 +54,7 @@ pub(super) fn grads_to<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     device: &Device<B>,
 ) -> GradientsParams {
-    if moves_itself::<B>(device) {
+    if !through_host::<B>(device) {
         return grads.to_device(device, model);
     }
     struct HostMove<'a, B: Backend> {
