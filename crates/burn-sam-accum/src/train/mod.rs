@@ -129,7 +129,7 @@ where
     /// the builder's `grads_accumulation` or [`SamTraining::with_accumulation`] says more.
     pub fn new(device: Device<LC::Backend>, optim: &LC::Optimizer) -> Self {
         Self {
-            replicas: Replicas::new(vec![device], Traffic::default()),
+            replicas: Replicas::new(vec![device]),
             ascent: Ascent::Synced,
             local: None,
             loss_scale: optim.loss_scale_handle(),
@@ -186,7 +186,7 @@ where
             (Ascent::Synced, _) => None,
         };
         Ok(Self {
-            replicas: Replicas::new(devices, Traffic::default()),
+            replicas: Replicas::new(devices),
             ascent,
             local,
             ..Self::new(Default::default(), optim)

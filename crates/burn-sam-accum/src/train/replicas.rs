@@ -87,8 +87,11 @@ pub(super) struct Combined<T> {
 pub(super) type LocalAscent<'a> = Option<(&'a SamConfig, LearningRate)>;
 
 impl<B: AutodiffBackend> Replicas<B> {
-    pub fn new(devices: Vec<Device<B>>, traffic: Traffic) -> Self {
-        Self { devices, traffic }
+    pub fn new(devices: Vec<Device<B>>) -> Self {
+        Self {
+            devices,
+            traffic: Traffic::default(),
+        }
     }
 
     pub fn devices(&self) -> &[Device<B>] {
