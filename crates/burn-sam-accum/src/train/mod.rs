@@ -73,7 +73,8 @@ type ItemCount<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 /// A Burn training strategy (`TrainingStrategy::Custom`) for [`Sam`](burn_sam::Sam) and for any
 /// [`WindowOptimizer`]: SAM's two passes through the model's own `TrainStep`, the LR
 /// scheduler advanced once per optimizer step, normalised gradient accumulation with the
-/// partial window flushed, loss scaling. See the [module documentation](self).
+/// partial window flushed, loss scaling; on one device ([`SamTraining::new`]) or data-parallel
+/// over several ([`SamTraining::data_parallel`]). See the [module documentation](self).
 ///
 /// [`SamTraining::strategy`] gives the `TrainingStrategy` in one call; with options, build it
 /// and finish with [`SamTraining::into_strategy`]:
