@@ -1,9 +1,10 @@
 """PyTorch side of `cargo xtask bench`: davda54/sam's SAM on the same shapes, on the CPU.
 
-Times a base step (SGD) and a SAM step (two forward/backward passes; the algorithm of
-https://github.com/davda54/sam, written out below) for each model of the Rust benchmark, with
-as many threads as the machine has cores, and prints one JSON object:
-{"<model>": {"base_ms": .., "sam_ms": .., "sam_over_base": ..}, ...}.
+Times a base step (SGD), SAM's floor (two forward/backward passes, one SGD step) and a SAM
+step (the algorithm of https://github.com/davda54/sam, written out below) for each model of
+the Rust benchmark, with as many threads as the machine has cores, and prints one JSON object:
+{"<model>": {"base_ms": .., "two_passes_ms": .., "sam_ms": .., "sam_over_base": ..,
+"sam_over_two_passes": ..}, ...}.
 """
 
 import json
@@ -116,6 +117,14 @@ def main():
             loss_fn(model).backward()
             base.step()
 
+        # SAM's floor, as in the Rust benchmark: the first pass's gradient is dropped.
+        def two_passes_step():
+            base.zero_grad()
+            loss_fn(model).backward()
+            base.zero_grad()
+            loss_fn(model).backward()
+            base.step()
+
         sam = SAM(model.parameters(), torch.optim.SGD, lr=1e-3)
 
         def sam_step():
@@ -126,12 +135,14 @@ def main():
             loss_fn(model).backward()
             sam.second_step()
 
-        base_ms, sam_ms = mean_ms(base_step), mean_ms(sam_step)
+        base_ms, two_ms, sam_ms = mean_ms(base_step), mean_ms(two_passes_step), mean_ms(sam_step)
         params = sum(p.numel() for p in model.parameters())
         results[name] = {
             "params": params,
             "base_ms": base_ms,
+            "two_passes_ms": two_ms,
             "sam_ms": sam_ms,
+            "sam_over_two_passes": sam_ms / two_ms,
             "sam_over_base": sam_ms / base_ms,
         }
     print(json.dumps(results))
