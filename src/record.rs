@@ -1,7 +1,15 @@
 //! Records as bytes, for save-and-resume tests and byte-for-byte state comparisons.
 
-use burn::record::{BinBytesRecorder, DoublePrecisionSettings, Record, Recorder};
-use burn::tensor::backend::Backend;
+use std::path::Path;
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::record::{
+    BinBytesRecorder, DoublePrecisionSettings, FullPrecisionSettings, NamedMpkFileRecorder, Record,
+    Recorder,
+};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_sam::{Sam, SamRecord};
 
 type Bytes = BinBytesRecorder<DoublePrecisionSettings>;
 
@@ -13,4 +21,20 @@ pub fn record_bytes<B: Backend, R: Record<B>>(record: R) -> Vec<u8> {
 /// The record `bytes` hold, loaded on `B`'s default device.
 pub fn load_record<B: Backend, R: Record<B>>(bytes: Vec<u8>) -> R {
     Recorder::<B>::load(&Bytes::default(), bytes, &Default::default()).expect("a record loads")
+}
+
+/// SAM's own part of the optimizer checkpoint that Burn's `Learner` wrote for `epoch` under
+/// `dir` (`<dir>/checkpoint/optim-<epoch>`), for a `Sam<O>` optimizer of module `M`.
+pub fn checkpoint_sam_record<B, M, O>(dir: &Path, epoch: usize) -> SamRecord
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+    O: Optimizer<M, B>,
+{
+    let path = dir.join("checkpoint").join(format!("optim-{epoch}"));
+    let record: <Sam<O> as Optimizer<M, B>>::Record =
+        NamedMpkFileRecorder::<FullPrecisionSettings>::new()
+            .load(path, &Default::default())
+            .expect("the optimizer checkpoint loads");
+    record.1
 }

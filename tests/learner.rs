@@ -18,7 +18,7 @@ use burn::optim::{Adam, Sgd};
 use burn::optim::{
     AdamConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SgdConfig,
 };
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
@@ -30,7 +30,9 @@ use burn::train::{
 use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::WindowOptimizer;
-use burn_sam_suite::{ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet};
+use burn_sam_suite::{
+    checkpoint_sam_record, ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet,
+};
 
 type B = Autodiff<Flex>;
 type Model = Classifier<B>;
@@ -257,14 +259,7 @@ fn scheduler() -> LinearLrScheduler {
 
 /// SAM's own part of the optimizer checkpoint of `epoch`, for a `Sam<O>` optimizer.
 fn sam_record<O: Optimizer<Model, B>>(dir: &Path, epoch: usize) -> SamRecord {
-    let record: <Sam<O> as Optimizer<Model, B>>::Record =
-        NamedMpkFileRecorder::<FullPrecisionSettings>::new()
-            .load(
-                dir.join("checkpoint").join(format!("optim-{epoch}")),
-                &Default::default(),
-            )
-            .unwrap();
-    record.1
+    checkpoint_sam_record::<B, Model, O>(dir, epoch)
 }
 
 #[test]

@@ -12,7 +12,7 @@ use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, Sgd, SgdConfig};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
@@ -20,7 +20,9 @@ use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
 use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
-use burn_sam_suite::{blobs, ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet};
+use burn_sam_suite::{
+    blobs, checkpoint_sam_record, ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet,
+};
 
 /// Instantiates the data-parallel tests for backend `$backend` with replicas on `$devices`
 /// (an expression giving two devices).
@@ -163,14 +165,7 @@ fn sam_record<B: AutodiffBackend, O: Optimizer<Model<B>, B>>(
     dir: &Path,
     epoch: usize,
 ) -> SamRecord {
-    let record: <Sam<O> as Optimizer<Model<B>, B>>::Record =
-        NamedMpkFileRecorder::<FullPrecisionSettings>::new()
-            .load(
-                dir.join("checkpoint").join(format!("optim-{epoch}")),
-                &Default::default(),
-            )
-            .unwrap();
-    record.1
+    checkpoint_sam_record::<B, Model<B>, O>(dir, epoch)
 }
 
 /// Every float of the model, in f64.
