@@ -1,6 +1,7 @@
 //! SAM's cost on this backend: paired medians (interleaved rounds, a device sync after every
 //! step) of a base step, SAM's floor (two passes) and a SAM step, in f32 and f16, and of
-//! loss-scaled against unscaled f16 SAM, on the 2.1M MLP and a CNN with BatchNorm.
+//! loss-scaled against unscaled f16 SAM, on the three models `cargo xtask bench` times on the
+//! CPU backends (so that the CUDA row joins its table) and the CNN with BatchNorm.
 
 use std::path::Path;
 
@@ -28,10 +29,23 @@ pub fn run(rounds: usize, rows: usize, json: &Path) -> Result<(), String> {
     let device = Default::default();
     B::seed(&device, 0);
     let mut models = Map::new();
-    let mlp = MlpConfig::new(vec![784, 2048, 256, 10]).init::<B>(&device);
-    models.insert("mlp_2m".into(), bench_model(mlp, rounds, rows));
-    let cnn = CnnConfig::new().with_batch_norm(true).init::<B>(&device);
-    models.insert("cnn_bn".into(), bench_model(cnn, rounds, rows));
+    let mlp = |sizes: &[usize]| MlpConfig::new(sizes.to_vec()).init::<B>(&device);
+    let cnn = |batch_norm| {
+        CnnConfig::new()
+            .with_batch_norm(batch_norm)
+            .init::<B>(&device)
+    };
+    // The small MLP is where a step is mostly kernel launches: SAM's per-tensor norms show there.
+    models.insert(
+        "mlp_100k".into(),
+        bench_model(mlp(&[784, 128, 10]), rounds, rows),
+    );
+    models.insert(
+        "mlp_2m".into(),
+        bench_model(mlp(&[784, 2048, 256, 10]), rounds, rows),
+    );
+    models.insert("cnn".into(), bench_model(cnn(false), rounds, rows));
+    models.insert("cnn_bn".into(), bench_model(cnn(true), rounds, rows));
     let report = json!({
         "backend": crate::BACKEND,
         "batch": rows,

@@ -71,7 +71,7 @@ enum Command {
         #[arg(long)]
         json: PathBuf,
     },
-    /// Paired timings of SAM against its floor on an MLP and a CNN with BatchNorm.
+    /// Paired timings of SAM against its floor on two MLPs and a CNN, with and without BatchNorm.
     Bench {
         /// Interleaved rounds per timing (one step of every function per round), >= 1.
         #[arg(long, default_value_t = 20)]

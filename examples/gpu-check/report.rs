@@ -69,7 +69,7 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
             ],
             45.0,
         ),
-        stage("bench", &["bench"], 60.0),
+        stage("bench", &["bench"], 90.0),
     ]
 }
 
