@@ -1,8 +1,9 @@
 //! The whole GPU check in one binary, for a GPU host without a Rust toolchain or a network:
 //! the conformance suite in f32 and f16, short runs of `noisy-digits` and `learner-digits` in
 //! f16, and SAM's cost against its floor. `cargo xtask gpu-bundle` builds it with `--features
-//! cuda` into a folder with the data set and `run.sh`; without that feature it runs the same
-//! stages on Flex (CPU), which is how the bundle is tried on a machine without a GPU.
+//! cuda,fusion,autotune` (Burn's defaults for CUDA) into a folder with the data set and
+//! `run.sh`; without `cuda` it runs the same stages on Flex (CPU), which is how the bundle is
+//! tried on a machine without a GPU.
 //!
 //! `gpu-check all` runs every stage as a child process with a time limit (a crash or a hang
 //! costs one stage, not the report), writes `gpu-report.json` and prints a table.
@@ -31,7 +32,9 @@ type Backend = burn::backend::Flex;
 type Backend = burn::backend::Cuda;
 type B = Autodiff<Backend>;
 
-const BACKEND: &str = if cfg!(feature = "cuda") {
+const BACKEND: &str = if cfg!(all(feature = "cuda", feature = "fusion")) {
+    "CUDA (fusion)"
+} else if cfg!(feature = "cuda") {
     "CUDA"
 } else {
     "Flex (CPU)"

@@ -1,13 +1,14 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
 //! - `ci`: formatting, clippy and the docs with the GPU features, a publish dry run of the
-//!   crates, the README's tests, and the Vulkan suite when Mesa's lavapipe is installed
-//!   (`.ci/run` runs this).
+//!   crates, the README's tests, and the Vulkan suite (also fused) when Mesa's lavapipe is
+//!   installed (`.ci/run` runs this).
 //! - `test-gpu`: the GPU check (`examples/gpu-check`) on this machine's CUDA GPU, and the
 //!   data-parallel tests where it has two or more.
 //! - `gpu-bundle`: the GPU check as a folder to carry to a GPU host without Rust.
 //! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16, and the
-//!   data-parallel tests over two device handles.
+//!   data-parallel tests over two device handles; the suite again with Burn's `fusion` and
+//!   `autotune`.
 //! - `test-tch`: the suite on LibTorch (the `torch` Python package's), f32 and f64.
 //! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch` and
 //!   `pytorch_optimizer==4.1.0`).
@@ -46,8 +47,8 @@ pub fn fail(message: &str) -> ! {
 }
 
 /// What CI checks, each step timed. Every target is type-checked with the GPU features by
-/// clippy; code is generated twice: for the README's test command (CPU backends) and for the
-/// Vulkan suite.
+/// clippy; code is generated three times: for the README's test command (CPU backends), for
+/// the Vulkan suite, and for the Vulkan suite with Burn's fusion.
 fn ci() {
     let mut times = Vec::new();
     let mut step = |what: &'static str, args: &[&str], env: &[(&str, String)]| {
@@ -102,6 +103,7 @@ fn ci() {
     step("README's tests", &["test", "--workspace"], &[]);
     if backends::lavapipe_installed() {
         step("Vulkan suite", &backends::VULKAN_TEST, &[]);
+        step("Vulkan, fused", &backends::VULKAN_FUSION_TEST, &[]);
     } else {
         eprintln!("Mesa lavapipe is not installed: skipping the Vulkan suite (see `cargo xtask test-vulkan`)");
     }
@@ -158,8 +160,10 @@ fn publish_target_dir() -> PathBuf {
     dir
 }
 
-/// The features clippy and the docs check every target with.
-const GPU_FEATURES: &str = "vulkan,cuda";
+/// The features clippy and the docs check every target with: the GPU backends as Burn's
+/// defaults build them (fused), as the GPU check runs them; the Vulkan suite builds them
+/// unfused too.
+const GPU_FEATURES: &str = "vulkan,cuda,fusion,autotune";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -171,6 +175,7 @@ fn main() {
         ["test-vulkan"] => {
             backends::require_lavapipe();
             run("cargo", &backends::VULKAN_TEST);
+            run("cargo", &backends::VULKAN_FUSION_TEST);
         }
         ["test-tch"] => backends::test_tch(),
         ["reference"] => {
