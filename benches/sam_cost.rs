@@ -18,7 +18,7 @@ use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::MicroBatch;
 use burn_sam_suite::bench::{
     accumulated_step, base_step, batch, copy_as, paired_medians, sam_step, two_passes_step,
-    window_passes_step, CnnConfig, Net, Timed,
+    window_passes_step, CnnConfig, Net, Timed, MLP_100K, MLP_2M,
 };
 use burn_sam_suite::{Mlp, MlpConfig};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -193,8 +193,8 @@ fn bench_backend<B: AutodiffBackend>(c: &mut Criterion, backend: &str) {
     B::seed(&device, 0);
     let mlp = |sizes: &[usize]| -> Mlp<B> { MlpConfig::new(sizes.to_vec()).init(&device) };
     let name = |model: &str| format!("{backend}-{model}");
-    bench_model(c, &name("mlp_100k"), mlp(&[784, 128, 10]));
-    bench_model(c, &name("mlp_2m"), mlp(&[784, 2048, 256, 10]));
+    bench_model(c, &name("mlp_100k"), mlp(&MLP_100K));
+    bench_model(c, &name("mlp_2m"), mlp(&MLP_2M));
     bench_model(c, &name("cnn"), CnnConfig::new().init::<B>(&device));
 }
 

@@ -17,6 +17,12 @@ use burn_sam_accum::{AccumulationConfig, MicroBatch, WindowOptimizer};
 
 use crate::Mlp;
 
+/// Layer sizes of the benchmarks' small MLP (102k parameters): a step is mostly kernel launches.
+pub const MLP_100K: [usize; 3] = [784, 128, 10];
+
+/// Layer sizes of the benchmarks' large MLP (2.1M parameters).
+pub const MLP_2M: [usize; 4] = [784, 2048, 256, 10];
+
 /// A small CNN on 28x28 images (flattened): conv 1->8 3x3, relu, conv 8->16 3x3, optional
 /// BatchNorm, relu, average pool 2, linear to 10 (24k parameters, most of the time in the
 /// convolutions).

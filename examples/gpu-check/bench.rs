@@ -10,6 +10,7 @@ use burn::tensor::FloatDType;
 use burn_sam::{LossScalerConfig, SamConfig};
 use burn_sam_suite::bench::{
     base_step, batch, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig, Net, Timed,
+    MLP_100K, MLP_2M,
 };
 use burn_sam_suite::MlpConfig;
 use serde_json::{json, Map, Value};
@@ -35,15 +36,8 @@ pub fn run(rounds: usize, rows: usize, json: &Path) -> Result<(), String> {
             .with_batch_norm(batch_norm)
             .init::<B>(&device)
     };
-    // The small MLP is where a step is mostly kernel launches: SAM's per-tensor norms show there.
-    models.insert(
-        "mlp_100k".into(),
-        bench_model(mlp(&[784, 128, 10]), rounds, rows),
-    );
-    models.insert(
-        "mlp_2m".into(),
-        bench_model(mlp(&[784, 2048, 256, 10]), rounds, rows),
-    );
+    models.insert("mlp_100k".into(), bench_model(mlp(&MLP_100K), rounds, rows));
+    models.insert("mlp_2m".into(), bench_model(mlp(&MLP_2M), rounds, rows));
     models.insert("cnn".into(), bench_model(cnn(false), rounds, rows));
     models.insert("cnn_bn".into(), bench_model(cnn(true), rounds, rows));
     let report = json!({
