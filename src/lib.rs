@@ -3,6 +3,7 @@
 pub mod bench;
 mod classifier;
 pub mod digits;
+pub mod kernels;
 mod quiet;
 mod record;
 mod rng;

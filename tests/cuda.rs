@@ -4,7 +4,9 @@
 mod suite;
 
 backend_suite!(
+    tests,
     cuda_f32,
     burn::backend::Autodiff<burn::backend::Cuda>,
-    burn::tensor::FloatDType::F32
+    burn::tensor::FloatDType::F32,
+    suite::util::MatmulInputs::Tf32
 );

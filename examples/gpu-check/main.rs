@@ -1,7 +1,7 @@
 //! The whole GPU check in one binary, for a GPU host without a Rust toolchain or a network:
 //! the conformance suite in f32 and f16, short runs of `noisy-digits` and `learner-digits` in
 //! f16, and SAM's cost against its floor. `cargo xtask gpu-bundle` builds it with `--features
-//! cuda,fusion,autotune` (Burn's defaults for CUDA) into a folder with the data set and
+//! cuda,fusion` (Burn's fusion without its autotune, see `xtask/src/backends.rs`) into a folder with the data set and
 //! `run.sh`; without `cuda` it runs the same stages on Flex (CPU), which is how the bundle is
 //! tried on a machine without a GPU.
 //!
@@ -32,7 +32,13 @@ type Backend = burn::backend::Flex;
 type Backend = burn::backend::Cuda;
 type B = Autodiff<Backend>;
 
-const BACKEND: &str = if cfg!(all(feature = "cuda", feature = "fusion")) {
+const BACKEND: &str = if cfg!(all(
+    feature = "cuda",
+    feature = "fusion",
+    feature = "autotune"
+)) {
+    "CUDA (fusion, autotune)"
+} else if cfg!(all(feature = "cuda", feature = "fusion")) {
     "CUDA (fusion)"
 } else if cfg!(feature = "cuda") {
     "CUDA"
@@ -40,12 +46,31 @@ const BACKEND: &str = if cfg!(all(feature = "cuda", feature = "fusion")) {
     "Flex (CPU)"
 };
 
-backend_suite!(list, suite_f32, crate::B, burn::tensor::FloatDType::F32);
+// CUDA's f32 matmuls run on tensor cores with TF32 inputs (see the suite's `MatmulInputs`).
+#[cfg(feature = "cuda")]
+const MATMUL_INPUTS: suite::util::MatmulInputs = suite::util::MatmulInputs::Tf32;
+#[cfg(not(feature = "cuda"))]
+const MATMUL_INPUTS: suite::util::MatmulInputs = suite::util::MatmulInputs::F32;
+
+backend_suite!(
+    list,
+    suite_f32,
+    crate::B,
+    burn::tensor::FloatDType::F32,
+    crate::MATMUL_INPUTS
+);
 f16_suite!(list, suite_f16, crate::B);
 
 #[derive(Parser, Debug)]
 #[command(about = "burn-sam's GPU check: the suite, the examples in f16, SAM's cost")]
 struct Cli {
+    /// CubeCL's compiled kernels and autotune results in this folder (CUDA), shared by the
+    /// processes that name it.
+    #[arg(long, global = true)]
+    kernel_cache: Option<PathBuf>,
+    /// With `--kernel-cache`: a line per kernel compiled and per autotune run, to this file.
+    #[arg(long, global = true, requires = "kernel_cache")]
+    kernel_log: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -66,6 +91,16 @@ enum Command {
         /// Multiplies every stage's time limit (a slow host, a CPU dry run), in (0, 100].
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
+        /// The kernel cache the stages share; emptied first unless `--keep-cache`.
+        #[arg(long, default_value = "kernel-cache")]
+        cache: PathBuf,
+        /// Start from the kernels and autotune results of an earlier run (a warm start).
+        #[arg(long)]
+        keep_cache: bool,
+        /// Skip the second, warm run of the stages that splits each stage's time into
+        /// compilation and autotuning, and running.
+        #[arg(long)]
+        no_warm_pass: bool,
     },
     /// The conformance suite in one float type, in this process; results as JSON to `--json`.
     Suite {
@@ -106,13 +141,28 @@ enum Dtype {
 }
 
 fn main() {
-    let result = match Cli::parse().command {
+    let cli = Cli::parse();
+    if let Some(dir) = &cli.kernel_cache {
+        kernel_cache(dir, cli.kernel_log.as_deref());
+    }
+    let result = match cli.command {
         Command::All {
             out,
             logs,
             data,
             time_scale,
-        } => report::all(&out, &logs, &data, time_scale),
+            cache,
+            keep_cache,
+            no_warm_pass,
+        } => report::all(&report::Options {
+            out,
+            logs,
+            data,
+            time_scale,
+            cache,
+            keep_cache,
+            warm_pass: !no_warm_pass,
+        }),
         Command::Suite { dtype, json } => suite_runner::run(dtype, &json),
         Command::Bench {
             rounds,
@@ -135,6 +185,20 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+/// Points CubeCL's caches at `dir` and its log of compilations at `log` (or into `dir`).
+#[cfg(feature = "cuda")]
+fn kernel_cache(dir: &std::path::Path, log: Option<&std::path::Path>) {
+    burn_sam_suite::kernels::KernelCache {
+        dir: dir.to_path_buf(),
+        log: log.map_or_else(|| dir.join("kernels.log"), PathBuf::from),
+    }
+    .install();
+}
+
+/// Flex compiles nothing: there is no kernel cache to point anywhere.
+#[cfg(not(feature = "cuda"))]
+fn kernel_cache(_dir: &std::path::Path, _log: Option<&std::path::Path>) {}
 
 /// `args` as a command line of `program`, for clap.
 fn with_program(program: &str, args: Vec<String>) -> Vec<String> {

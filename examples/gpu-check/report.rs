@@ -7,13 +7,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use burn_sam_suite::kernels::KernelCounts;
 use serde_json::{json, Value};
 
 /// One stage: a subcommand of this binary, its time limit, and the JSON it writes.
 struct Stage {
     name: &'static str,
     args: Vec<String>,
+    /// Cold: an empty kernel cache for the first stage, the earlier stages' for the others.
     limit_s: f64,
+    /// With every kernel compiled and tuned by the cold pass.
+    warm_limit_s: f64,
     result: PathBuf,
 }
 
@@ -26,7 +30,7 @@ pub fn write_json(path: &Path, value: &Value) -> Result<(), String> {
 /// The stages; each writes its result to `<logs>/<name>.json`.
 fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
     let data = format!("--data={}", data.display());
-    let stage = |name: &'static str, args: &[&str], limit_s| {
+    let stage = |name: &'static str, args: &[&str], limit_s, warm_limit_s| {
         let result = logs.join(format!("{name}.json"));
         let mut args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
         // Before the examples' own flags, which take the rest of the line.
@@ -35,6 +39,7 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
             name,
             args,
             limit_s,
+            warm_limit_s,
             result,
         }
     };
@@ -43,8 +48,8 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
     vec![
         // Fused backends compile a kernel for each new fusion of operations and shapes on first
         // use: the suite took 86 s fused against 8 s unfused on lavapipe.
-        stage("suite-f32", &["suite", "f32"], 150.0),
-        stage("suite-f16", &["suite", "f16"], 90.0),
+        stage("suite-f32", &["suite", "f32"], 120.0, 45.0),
+        stage("suite-f16", &["suite", "f16"], 90.0, 30.0),
         stage(
             "noisy-digits-f16",
             &[
@@ -56,7 +61,8 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
                 &data,
                 &plot,
             ],
-            45.0,
+            60.0,
+            30.0,
         ),
         stage(
             "learner-digits-f16",
@@ -69,16 +75,57 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
                 &data,
                 &artifacts,
             ],
-            45.0,
+            60.0,
+            30.0,
         ),
-        stage("bench", &["bench"], 90.0),
+        stage("bench", &["bench"], 90.0, 60.0),
     ]
 }
 
-/// Runs every stage, writes the report to `out`, prints the table; an error when a stage did
-/// not pass.
-pub fn all(out: &Path, logs: &Path, data: &Path, time_scale: f64) -> Result<(), String> {
-    if !(time_scale > 0.0 && time_scale <= 100.0) {
+/// What `gpu-check all` was asked.
+pub struct Options {
+    pub out: PathBuf,
+    pub logs: PathBuf,
+    pub data: PathBuf,
+    pub time_scale: f64,
+    pub cache: PathBuf,
+    pub keep_cache: bool,
+    pub warm_pass: bool,
+}
+
+/// One run of a stage: how it ended, its time, and what it compiled and tuned.
+struct Outcome {
+    status: String,
+    seconds: f64,
+    log: PathBuf,
+    kernels: KernelCounts,
+}
+
+impl Outcome {
+    fn json(&self) -> Value {
+        json!({
+            "status": self.status,
+            "seconds": self.seconds,
+            "log": self.log.to_string_lossy(),
+            "kernels_compiled": self.kernels.compiled,
+            "autotune_runs": self.kernels.tuned,
+        })
+    }
+}
+
+/// Runs every stage cold (each with the kernels and autotune results of the stages before
+/// it), then again warm, writes the report, prints the table; an error when a stage did not
+/// pass.
+pub fn all(options: &Options) -> Result<(), String> {
+    let Options {
+        out,
+        logs,
+        data,
+        time_scale,
+        cache,
+        ..
+    } = options;
+    if !(*time_scale > 0.0 && *time_scale <= 100.0) {
         return Err(format!(
             "--time-scale = {time_scale}: allowed 0 < time-scale <= 100"
         ));
@@ -89,28 +136,68 @@ pub fn all(out: &Path, logs: &Path, data: &Path, time_scale: f64) -> Result<(), 
             data.display()
         ));
     }
+    if !options.keep_cache && cache.exists() {
+        std::fs::remove_dir_all(cache)
+            .map_err(|error| format!("cannot empty {}: {error}", cache.display()))?;
+    }
     std::fs::create_dir_all(logs)
         .map_err(|error| format!("cannot create {}: {error}", logs.display()))?;
     let gpu = gpu_description();
     println!("burn-sam GPU check on {}: {gpu}", crate::BACKEND);
+    println!(
+        "kernel cache: {} ({})",
+        cache.display(),
+        if options.keep_cache { "kept" } else { "empty" }
+    );
     let exe = std::env::current_exe().map_err(|error| format!("own path: {error}"))?;
-    let mut results = Vec::new();
-    for stage in stages(logs, data) {
-        let limit = Duration::from_secs_f64(stage.limit_s * time_scale);
-        let log = logs.join(format!("{}.log", stage.name));
+    let stages = stages(logs, data);
+    let run = |stage: &Stage, pass: &str, limit_s: f64| -> Result<Outcome, String> {
+        let limit = Duration::from_secs_f64(limit_s * time_scale);
+        let log = logs.join(format!("{}{pass}.log", stage.name));
+        let kernel_log = logs.join(format!("{}{pass}.kernels.log", stage.name));
         print!(
-            "{:<20} (limit {:>4.0} s) ... ",
-            stage.name,
+            "{:<26} (limit {:>4.0} s) ... ",
+            format!("{}{pass}", stage.name),
             limit.as_secs_f64()
         );
         std::io::stdout()
             .flush()
             .map_err(|error| error.to_string())?;
         let _ = std::fs::remove_file(&stage.result); // a crash must not leave an old result
+        let _ = std::fs::remove_file(&kernel_log);
+        let mut args = vec![
+            format!("--kernel-cache={}", cache.display()),
+            format!("--kernel-log={}", kernel_log.display()),
+        ];
+        args.extend(stage.args.iter().cloned());
         let start = Instant::now();
-        let status = run_with_limit(&exe, &stage.args, &log, limit)?;
+        let status = run_with_limit(&exe, &args, &log, limit)?;
         let seconds = start.elapsed().as_secs_f64();
-        println!("{status} in {seconds:.1} s");
+        let kernels = KernelCounts::read(&kernel_log);
+        println!(
+            "{status} in {seconds:.1} s ({} kernels compiled, {} autotune runs)",
+            kernels.compiled, kernels.tuned
+        );
+        Ok(Outcome {
+            status,
+            seconds,
+            log,
+            kernels,
+        })
+    };
+    // Written after every stage, so that a run cut short leaves what it did.
+    let report = |results: &[Value]| {
+        json!({
+            "backend": crate::BACKEND,
+            "gpu": gpu,
+            "burn_sam_version": env!("CARGO_PKG_VERSION"),
+            "kernel_cache": cache.to_string_lossy(),
+            "stages": results,
+        })
+    };
+    let mut results = Vec::new();
+    for stage in &stages {
+        let cold = run(stage, "", stage.limit_s)?;
         let part = std::fs::read_to_string(&stage.result)
             .ok()
             .and_then(|text| serde_json::from_str::<Value>(&text).ok())
@@ -118,25 +205,39 @@ pub fn all(out: &Path, logs: &Path, data: &Path, time_scale: f64) -> Result<(), 
         results.push(json!({
             "name": stage.name,
             "command": format!("gpu-check {}", stage.args.join(" ")),
-            "status": status,
-            "seconds": seconds,
-            "limit_s": limit.as_secs_f64(),
-            "log": log.to_string_lossy(),
+            "status": cold.status,
+            "seconds": cold.seconds,
+            "limit_s": stage.limit_s * time_scale,
+            "log": cold.log.to_string_lossy(),
+            "cold": cold.json(),
             "result": part,
         }));
+        write_json(out, &report(&results))?;
     }
-    let report = json!({
-        "backend": crate::BACKEND,
-        "gpu": gpu,
-        "burn_sam_version": env!("CARGO_PKG_VERSION"),
-        "stages": results,
-    });
+    if options.warm_pass {
+        println!("\nagain, with the kernels and autotune results of the run above:");
+        for (index, stage) in stages.iter().enumerate() {
+            let warm = run(stage, "-warm", stage.warm_limit_s)?;
+            let result = &mut results[index];
+            let cold_s = result["seconds"].as_f64().unwrap_or(f64::NAN);
+            result["warm"] = warm.json();
+            // What the cold run spent compiling and tuning; the warm run's time is running
+            // (and loading the compiled kernels).
+            result["compile_and_tune_s"] = json!((cold_s - warm.seconds).max(0.0));
+            result["run_s"] = json!(warm.seconds);
+            write_json(out, &report(&results))?;
+        }
+    }
+    let report = report(&results);
     write_json(out, &report)?;
     print_table(&report);
     println!("\nreport: {}; logs: {}", out.display(), logs.display());
     let failed: Vec<&str> = results
         .iter()
-        .filter(|stage| stage["status"] != "passed")
+        .filter(|stage| {
+            stage["status"] != "passed"
+                || (options.warm_pass && stage["warm"]["status"] != "passed")
+        })
         .filter_map(|stage| stage["name"].as_str())
         .collect();
     if failed.is_empty() {
@@ -252,14 +353,24 @@ fn summary(name: &str, result: &Value) -> String {
 
 fn print_table(report: &Value) {
     let stages = report["stages"].as_array().cloned().unwrap_or_default();
-    println!("\n| stage | status | time | result |");
-    println!("|---|---|---|---|");
+    let seconds = |value: &Value| value.as_f64().map_or("-".into(), |s| format!("{s:.1} s"));
+    println!("\n| stage | status | cold | compile and tune | run (warm) | kernels compiled | autotune runs | result |");
+    println!("|---|---|---|---|---|---|---|---|");
     for stage in &stages {
         let name = stage["name"].as_str().unwrap_or("?");
+        let status = match stage["warm"]["status"].as_str() {
+            Some(warm) if warm != "passed" => {
+                format!("{}; warm: {warm}", stage["status"].as_str().unwrap_or("?"))
+            }
+            _ => stage["status"].as_str().unwrap_or("?").to_string(),
+        };
         println!(
-            "| {name} | {} | {:.1} s | {} |",
-            stage["status"].as_str().unwrap_or("?"),
-            stage["seconds"].as_f64().unwrap_or(f64::NAN),
+            "| {name} | {status} | {} | {} | {} | {} | {} | {} |",
+            seconds(&stage["seconds"]),
+            seconds(&stage["compile_and_tune_s"]),
+            seconds(&stage["run_s"]),
+            stage["cold"]["kernels_compiled"],
+            stage["cold"]["autotune_runs"],
             summary(name, &stage["result"]),
         );
     }

@@ -34,6 +34,7 @@ pub fn run(dtype: Dtype, json: &Path) -> Result<(), String> {
         eprintln!("case {name} ...");
         let start = Instant::now();
         panics.lock().unwrap().clear();
+        crate::suite::util::take_max_deviation();
         let outcome = catch_unwind(AssertUnwindSafe(case));
         let seconds = start.elapsed().as_secs_f64();
         // Every panic of the case, in order: the cause may be on another thread (a device
@@ -42,14 +43,17 @@ pub fn run(dtype: Dtype, json: &Path) -> Result<(), String> {
             Ok(()) => Value::Null,
             Err(_) => panics.lock().unwrap().join(" | then: ").into(),
         };
+        // How far from the f64 reference the case came (0 for cases without one).
+        let deviation = crate::suite::util::take_max_deviation();
         eprintln!(
-            "case {name} {} ({seconds:.2} s)",
+            "case {name} {} ({seconds:.2} s, largest relative deviation {deviation:.2e})",
             if outcome.is_ok() { "ok" } else { "FAILED" }
         );
         results.push(json!({
             "name": name,
             "passed": outcome.is_ok(),
             "seconds": seconds,
+            "max_relative_deviation": deviation,
             "message": message,
         }));
         write_json(json, &report(&results))?;

@@ -10,6 +10,7 @@
 mod plot;
 mod train;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use burn::backend::Autodiff;
@@ -307,9 +308,20 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
             );
             let run_name = format!("{:>4} seed {seed}/{}", method.name(), args.seeds);
             bar.set_prefix(run_name.clone());
+            // Without a terminal (nohup, CI, a batch job), a line per epoch instead, so that a
+            // run cut short says how far it got.
+            let lines = !std::io::stderr().is_terminal();
+            let started = std::time::Instant::now();
             let progress = |epoch: usize, accuracy: f64| {
                 bar.set_position(epoch as u64);
                 bar.set_message(format!("test accuracy {accuracy:.3}"));
+                if lines {
+                    eprintln!(
+                        "{run_name}: epoch {epoch}/{}, test accuracy {accuracy:.3} ({:.1} s)",
+                        args.epochs,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
             };
             let result = train_method(args, method, &setup, progress);
             bar.finish_and_clear();

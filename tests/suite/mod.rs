@@ -53,8 +53,11 @@ macro_rules! emit_cases {
 /// Instantiates every test of the suite for one autodiff backend and float type.
 #[macro_export]
 macro_rules! backend_suite {
-    ($mode:ident, $name:ident, $backend:ty, $dtype:expr) => {
-        $crate::emit_cases!($mode, $name, $backend, util::use_float_dtype::<B>($dtype), [
+    ($mode:ident, $name:ident, $backend:ty, $dtype:expr, $matmul:expr) => {
+        $crate::emit_cases!($mode, $name, $backend, {
+            util::use_float_dtype::<B>($dtype);
+            util::use_matmul_inputs($matmul);
+        }, [
                 parity_sam_sgd => parity::run::<B>("sam_sgd"),
                 parity_sam_sgd_momentum => parity::run::<B>("sam_sgd_momentum"),
                 parity_asam_sgd => parity::run::<B>("asam_sgd"),
@@ -91,6 +94,9 @@ macro_rules! backend_suite {
                 accumulation_bad_windows_are_refused => accumulation::bad_windows_are_refused::<B>(),
                 accumulation_failure_between_passes_restores_the_weights => accumulation::failure_between_passes_restores_the_weights::<B>(),
         ]);
+    };
+    ($mode:ident, $name:ident, $backend:ty, $dtype:expr) => {
+        $crate::backend_suite!($mode, $name, $backend, $dtype, util::MatmulInputs::F32);
     };
     ($name:ident, $backend:ty, $dtype:expr) => {
         $crate::backend_suite!(tests, $name, $backend, $dtype);

@@ -3,6 +3,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{set_default_float_dtype, AutodiffBackend, Backend};
 use burn::tensor::{DType, Distribution, Element, FloatDType, Tensor};
 use burn_sam_suite::{Mlp, MlpConfig};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Makes `dtype` the float type of every tensor this process creates on `B`'s default
 /// device (Flex picks it at run time, once per process).
@@ -28,13 +29,56 @@ pub fn narrow_scalars<B: Backend>() -> bool {
     float_dtype::<B>() == DType::F64 && <B::FloatElem as Element>::dtype() != DType::F64
 }
 
+/// What a backend's f32 matmul rounds its inputs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulInputs {
+    /// f32, as every CPU backend and Vulkan.
+    F32,
+    /// TF32 (8-bit exponent, 10-bit mantissa, f32 accumulation): CUDA's tensor-core kernels,
+    /// which CubeCL's matmul uses for f32 whenever the GPU has them (Burn 0.21 has no switch).
+    Tf32,
+}
+
+static TF32_MATMUL: AtomicBool = AtomicBool::new(false);
+
+/// Declares what this process's backend rounds f32 matmul inputs to (F32 unless told).
+pub fn use_matmul_inputs(inputs: MatmulInputs) {
+    TF32_MATMUL.store(inputs == MatmulInputs::Tf32, Ordering::Relaxed);
+}
+
 /// Relative tolerance for comparing with a reference computed in f64.
 pub fn tolerance<B: Backend>() -> f64 {
     match float_dtype::<B>() {
         DType::F64 if narrow_scalars::<B>() => 1e-6,
         DType::F64 => 1e-10,
+        // Every gradient is off by about the unit roundoff of the matmul inputs (seen on an
+        // H200: 0.24 u between two TF32 computations of one gradient), and the variants
+        // amplify it: LookSAM's kept direction is the difference of two nearly parallel
+        // gradients (3.2 u after its second step). 20 u leaves room for a whole trajectory.
+        _ if tf32_matmul() => 20.0 * TF32_UNIT_ROUNDOFF,
         _ => 2e-4,
     }
+}
+
+/// TF32's unit roundoff (10-bit mantissa, rounded to nearest): 2^-11.
+pub const TF32_UNIT_ROUNDOFF: f64 = 1.0 / 2048.0;
+
+/// Whether this process's backend rounds f32 matmul inputs to TF32.
+pub fn tf32_matmul() -> bool {
+    TF32_MATMUL.load(Ordering::Relaxed)
+}
+
+/// The largest relative deviation `assert_close` has seen in this process since the last
+/// call (NaN-free; 0 when it saw none): what a run reports beside pass or fail.
+pub fn take_max_deviation() -> f64 {
+    f64::from_bits(MAX_DEVIATION.swap(0, Ordering::Relaxed))
+}
+
+static MAX_DEVIATION: AtomicU64 = AtomicU64::new(0);
+
+fn record_deviation(deviation: f64) {
+    // Non-negative floats order as their bits do.
+    MAX_DEVIATION.fetch_max(deviation.to_bits(), Ordering::Relaxed);
 }
 
 /// Every float tensor of `module` (parameters and running statistics), in visit order,
@@ -54,6 +98,14 @@ pub fn tensors<B: Backend, M: Module<B>>(module: &M) -> Vec<Vec<f64>> {
 
 pub fn assert_close(actual: &[Vec<f64>], expected: &[Vec<f64>], tol: f64, what: &str) {
     assert_eq!(actual.len(), expected.len(), "{what}: number of tensors");
+    for (a, e) in actual.iter().flatten().zip(expected.iter().flatten()) {
+        let deviation = (a - e).abs() / e.abs().max(1.0);
+        record_deviation(if deviation.is_nan() {
+            f64::INFINITY
+        } else {
+            deviation
+        });
+    }
     for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
         assert_eq!(a.len(), e.len(), "{what}: size of tensor {i}");
         for (j, (a, e)) in a.iter().zip(e).enumerate() {

@@ -155,6 +155,7 @@ impl MixedPrecision {
             narrowed,
             masters: &mut self.masters,
         });
+        end_step_on_device(&module);
         (module, true)
     }
 
@@ -342,5 +343,24 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
         let narrowed = tracked(Tensor::from_inner(master.clone().cast(dtype)), require_grad);
         self.masters.insert(id, master.reshape([n]));
         Param::from_mapped_value(id, narrowed, mapper)
+    }
+}
+
+/// Runs what the step queued on the module's devices before the step returns.
+///
+/// A fused backend (Burn's `fusion`: CUDA, Vulkan) queues operations and compiles each run of
+/// them into kernels when something is read. Left queued, the update would fuse with the next
+/// step's first operations, and CUDA rounds a fused `a * b + c` once (FMA) where separate
+/// kernels round twice: the same step would round differently depending on whether a record
+/// was read in between, and a resumed run would differ from the uninterrupted one in the last
+/// bit. Ending every step here makes each step's kernels the same whatever came before. The
+/// step already waited for the device once per pass (its gradient norm), so this adds one
+/// short wait for the update's own kernels.
+fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
+    for device in module.devices() {
+        if let Err(error) = B::sync(&device) {
+            // The next read reports a failed device anyway; the step itself is complete.
+            log::warn!("device sync after the step failed: {error:?}");
+        }
     }
 }
