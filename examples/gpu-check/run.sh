@@ -2,7 +2,8 @@
 # burn-sam's GPU check (built by `cargo xtask gpu-bundle`). Needs the NVIDIA driver and NVRTC,
 # which CubeCL compiles its CUDA kernels with (any CUDA 12 or 13 toolkit, or the pip package
 # nvidia-cuda-nvrtc); no Rust, no network. Runs the suite in f32 and f16, the examples in f16
-# and SAM's cost (at most about 7 minutes), writes gpu-report.json and prints a table.
+# and SAM's cost, cold (an empty kernel-cache/ that the stages share), then again warm (2.5
+# minutes on an H200; the limits, about 2.5 times that, add up to 7), writes gpu-report.json and prints a table.
 # Extra arguments go to `gpu-check all` (for example `--time-scale 2` on a slow host).
 set -u
 cd "$(dirname "$0")" || exit 1

@@ -1,0 +1,194 @@
+//! On a fused GPU backend (Vulkan with Burn's `fusion` and `autotune`; Mesa lavapipe on a
+//! CPU, which runs the same CubeCL code as CUDA up to the compiler), once a training step's
+//! kernels have compiled and tuned, 20 more steps compile nothing and tune nothing: no value
+//! (learning rate, loss scale, step count) is baked into a kernel and no shape changes from
+//! step to step. Each new kernel costs a compilation (about 0.2 s with NVRTC on an H200) and
+//! each new matmul shape an autotune run (seconds), on every step that makes one.
+//!
+//! CubeCL reads its configuration once per process, so the scenarios share one test.
+#![cfg(all(feature = "vulkan", feature = "fusion"))]
+
+use std::path::Path;
+
+use burn::backend::{Autodiff, Vulkan};
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::module::AutodiffModule;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::SgdConfig;
+use burn::tensor::backend::Backend;
+use burn::train::metric::LossMetric;
+use burn::train::{Learner, SupervisedTraining};
+use burn_sam::{cast_params, LossScalerConfig, SamConfig};
+use burn_sam_accum::train::SamTraining;
+use burn_sam_accum::{AccumulationConfig, MicroBatch};
+use burn_sam_suite::kernels::{KernelCache, KernelCounts};
+use burn_sam_suite::{blobs, ClassBatch, ClassBatcher, Classifier, MlpConfig, Quiet};
+use std::sync::Arc;
+
+type B = Autodiff<Vulkan>;
+type Model = Classifier<B>;
+
+const FEATURES: usize = 8;
+const CLASSES: usize = 4;
+/// Steps measured after the warm-up.
+const STEPS: usize = 20;
+/// Steps that compile and tune what a step needs (the first SAM step differs from the
+/// others: the optimizer's state does not exist yet).
+const WARM_UP: usize = 3;
+
+fn model() -> Model {
+    let model = Classifier {
+        mlp: MlpConfig::new(vec![FEATURES, 32, CLASSES]).init(&Default::default()),
+    };
+    // Lazy parameters: initialise them once.
+    model.valid();
+    model
+}
+
+fn batch(rows: usize, seed: u64) -> ClassBatch<B> {
+    use burn::data::dataloader::batcher::Batcher;
+    ClassBatcher.batch(blobs(rows, seed, FEATURES, CLASSES), &Default::default())
+}
+
+fn sgd() -> SgdConfig {
+    SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
+}
+
+/// What the kernel log holds once the device has run everything queued (the log is written
+/// by CubeCL's logging thread, just after the compilation is asked for).
+fn settled(log: &Path) -> KernelCounts {
+    B::sync(&Default::default()).expect("device sync");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    KernelCounts::read(log)
+}
+
+/// Runs `step` `WARM_UP` times, then `STEPS` times, and checks the second run compiled and
+/// tuned nothing; returns what the log held after the warm-up.
+fn assert_steady(what: &str, log: &Path, mut step: impl FnMut()) -> KernelCounts {
+    for _ in 0..WARM_UP {
+        step();
+    }
+    let warm = settled(log);
+    for _ in 0..STEPS {
+        step();
+    }
+    let new = settled(log) - warm;
+    assert_eq!(
+        new,
+        KernelCounts::default(),
+        "{what}: {STEPS} steps after the warm-up compiled or tuned something (see {})",
+        log.display()
+    );
+    warm
+}
+
+#[test]
+fn steps_after_warm_up_compile_and_tune_nothing() {
+    let dir = std::env::temp_dir().join(format!("burn-sam-kernels-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = KernelCache {
+        log: dir.join("kernels.log"),
+        dir: dir.clone(),
+    };
+    cache.install();
+    let log = cache.log.as_path();
+
+    let data = batch(32, 1);
+    let (mut model, mut sam) = (
+        Some(model()),
+        SamConfig::new().with_rho(0.1).init(sgd().init()),
+    );
+    let warm = assert_steady("SAM, f32", log, || {
+        let step = sam
+            .step_with(0.05, model.take().unwrap(), |m: &Model| m.loss(&data))
+            .expect("a step");
+        model = Some(step.module);
+    });
+    // The log sees what the warm-up compiled and tuned: the counts above are not vacuous.
+    assert!(warm.compiled > 0, "no compilation logged: {warm:?}");
+    assert!(
+        warm.tuned > 0 || !cfg!(feature = "autotune"),
+        "no autotune run logged: {warm:?}"
+    );
+
+    // f16 weights, loss scaling, f32 master weights; the loss scale changes between steps.
+    let scaling = LossScalerConfig::new().with_growth_interval(5);
+    let mut sam = SamConfig::new()
+        .with_rho(0.1)
+        .with_loss_scaling(Some(scaling))
+        .init(sgd().init());
+    let mut model = Some(cast_params(self::model(), burn::tensor::FloatDType::F16));
+    assert_steady("SAM, f16 with loss scaling", log, || {
+        let step = sam
+            .step_with(0.05, model.take().unwrap(), |m: &Model| m.loss(&data))
+            .expect("a step");
+        model = Some(step.module);
+    });
+
+    // Exact accumulation: two micro-batches of 16 as one batch of 32.
+    let micro_batches = [
+        MicroBatch::with_items(batch(16, 2), 16),
+        MicroBatch::with_items(batch(16, 3), 16),
+    ];
+    let mut accumulation =
+        AccumulationConfig::new(2).init(SamConfig::new().with_rho(0.1).init(sgd().init()));
+    let mut model = Some(self::model());
+    assert_steady("SAM, accumulated", log, || {
+        let step = accumulation
+            .step(
+                0.05,
+                model.take().unwrap(),
+                &micro_batches,
+                |m: &Model, b| m.loss(b),
+            )
+            .expect("a step");
+        model = Some(step.module);
+    });
+
+    // Burn's Learner with SamTraining: a second training of 20 steps (one epoch) after a
+    // first one compiles and tunes nothing.
+    let learner_model = self::model();
+    let mut trainings = 0;
+    assert_steady_trainings(log, || {
+        trainings += 1;
+        let optim = SamConfig::new().with_rho(0.1).init(sgd().init());
+        let strategy = SamTraining::new(Default::default(), &optim);
+        let learner = Learner::new(learner_model.clone(), optim, 0.05);
+        let artifacts = dir.join(format!("learner-{trainings}"));
+        SupervisedTraining::new(&artifacts, train_loader(), valid_loader())
+            .metrics((LossMetric::new(),))
+            .renderer(Quiet)
+            .with_application_logger(None)
+            .with_training_strategy(strategy.into_strategy())
+            .num_epochs(1)
+            .launch(learner);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One Learner training as warm-up, then a second one that must compile and tune nothing.
+fn assert_steady_trainings(log: &Path, mut train: impl FnMut()) {
+    train();
+    let warm = settled(log);
+    train();
+    let new = settled(log) - warm;
+    assert_eq!(
+        new,
+        KernelCounts::default(),
+        "SamTraining: a second training of {STEPS} steps compiled or tuned something (see {})",
+        log.display()
+    );
+}
+
+fn train_loader() -> Arc<dyn DataLoader<B, ClassBatch<B>>> {
+    DataLoaderBuilder::new(ClassBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(blobs(16 * STEPS, 7, FEATURES, CLASSES)))
+}
+
+fn valid_loader() -> Arc<dyn DataLoader<Vulkan, ClassBatch<Vulkan>>> {
+    DataLoaderBuilder::new(ClassBatcher)
+        .batch_size(32)
+        .build(InMemDataset::new(blobs(32, 99, FEATURES, CLASSES)))
+}
