@@ -8,5 +8,5 @@ backend_suite!(
     cuda_f32,
     burn::backend::Autodiff<burn::backend::Cuda>,
     burn::tensor::FloatDType::F32,
-    suite::util::MatmulInputs::Tf32
+    util::MatmulInputs::Tf32
 );
