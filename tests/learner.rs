@@ -28,7 +28,7 @@ use burn::train::{
     TrainOutput, TrainStep,
 };
 use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
-use burn_sam_accum::train::SamTraining;
+use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{
     checkpoint_sam_record, ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet,
@@ -665,4 +665,31 @@ fn every_variant_in_the_learner_equals_its_step_with() {
         let difference = max_difference(&weights(&trained), &weights(&expected.valid()));
         assert!(difference < 1e-6, "{}: {difference}", variant.name());
     }
+}
+
+#[test]
+fn data_parallel_logs_its_traffic_once_per_epoch() {
+    let log = strategy_log();
+    let optim = SamConfig::new().with_rho(0.05).init(sgd());
+    let devices = vec![Default::default(); 2];
+    let strategy = SamTraining::data_parallel(devices, &optim, Ascent::Synced).unwrap();
+    let traffic = strategy.traffic();
+    let learner = Learner::new(model(), optim, 0.05);
+    let dir = artifacts("traffic");
+    run(
+        &dir,
+        train_loader(16, Some(3)),
+        1,
+        learner,
+        Some(strategy),
+        None,
+    );
+    assert!(traffic.steps() > 0 && traffic.bytes() > 0);
+    let expected = format!(
+        "epoch 1: {:.0} bytes moved between devices per step ({} steps)",
+        traffic.bytes_per_step(),
+        traffic.steps()
+    );
+    let log = log.lock().unwrap();
+    assert!(log.contains(&expected), "{expected:?} not in {log:?}");
 }

@@ -137,7 +137,7 @@ fn accumulation() -> Result {
         .try_init(sam)?;
 
     // Weighted by item count (or `MicroBatch::new(b)` for equal weights).
-    let micro_batches = batches.map(|b| MicroBatch::with_items(b.clone(), b.len()));
+    let micro_batches = batches.map(|b| MicroBatch::with_items(b.clone(), b.targets.dims()[0]));
     for window in accumulation.windows(micro_batches) {
         // The last window holds the rest.
         let step = accumulation.step(lr, model, &window, |m: &Classifier<B>, b| m.loss(b))?;
@@ -187,7 +187,7 @@ fn learner_program(f16: bool) -> Result {
             .try_init(SgdConfig::new().init())?;
         let strategy = SamTraining::new(device, &optim)
             .with_accumulation(4)? // optional: 4 batches per optimizer step
-            .with_items(ClassBatch::len) // optional: weight batches by their size
+            .with_items(|batch: &ClassBatch<B>| batch.targets.dims()[0]) // optional: weigh batches by their size
             .into_strategy();
         let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
             .metrics((AccuracyMetric::new(), LossMetric::new()))
@@ -228,6 +228,7 @@ fn learner_data_parallel() -> Result {
     let loader_valid = digits_loader::<Flex>(digits(64), 32, 1);
     let (epochs, lr_scheduler) = (1, 0.05);
     let model = model();
+    let param_bytes = 4.0 * burn::module::Module::num_params(&model) as f64;
     // readme: learner-data-parallel
     use burn_sam::SamConfig;
     use burn_sam_accum::train::{Ascent, SamTraining};
@@ -238,8 +239,12 @@ fn learner_data_parallel() -> Result {
     // The main device first; with CUDA: vec![CudaDevice::new(0), CudaDevice::new(1)].
     let devices = vec![device; 2];
     let strategy = SamTraining::data_parallel(devices, &optim, Ascent::Synced)?
-        .with_items(ClassBatch::len) // weight batches by their size, across replicas too
-        .into_strategy();
+        // Weigh batches by their size, across replicas too.
+        .with_items(|batch: &ClassBatch<B>| batch.targets.dims()[0]);
+    // Bytes moved between devices: a counter shared with the strategy, to read during or after
+    // training (`into_strategy` consumes the strategy, so take it first).
+    let traffic = strategy.traffic();
+    let strategy = strategy.into_strategy();
     // readme-end
     let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
         .renderer(Quiet)
@@ -249,6 +254,10 @@ fn learner_data_parallel() -> Result {
         .launch(Learner::new(model, optim, lr_scheduler));
     let _ = std::fs::remove_dir_all(&artifact_dir);
     drop(result);
+    // Synced SAM sends the model and the perturbed model out, and two gradients back, per
+    // step: 4 (N - 1) P bytes, P the f32 parameters' (README's table).
+    assert!(traffic.steps() > 0);
+    assert_eq!(traffic.bytes_per_step(), 4.0 * param_bytes);
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
 //! - `ci`: formatting, clippy and the docs with the GPU features, a publish dry run of the
-//!   crates, the README's tests, and the Vulkan suite (also fused) when Mesa's lavapipe is
+//!   crates, the README's tests, a crate built from README's dependency lines outside the
+//!   workspace, and the Vulkan suite (also fused) when Mesa's lavapipe is
 //!   installed (`.ci/run` runs this).
 //! - `test-gpu`: the GPU check (`examples/gpu-check`) on this machine's CUDA GPU, and the
 //!   data-parallel tests where it has two or more.
@@ -17,6 +18,7 @@
 
 mod backends;
 mod bench;
+mod readme_crate;
 
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
@@ -101,6 +103,12 @@ fn ci() {
         &[("CARGO_TARGET_DIR", publish_target)],
     );
     step("README's tests", &["test", "--workspace"], &[]);
+    let (manifest, target) = readme_crate::write();
+    step(
+        "README's deps",
+        &["run", "--manifest-path", &manifest],
+        &[("CARGO_TARGET_DIR", target)],
+    );
     if backends::lavapipe_installed() {
         step("Vulkan suite", &backends::VULKAN_TEST, &[]);
         step("Vulkan, fused", &backends::VULKAN_FUSION_TEST, &[]);

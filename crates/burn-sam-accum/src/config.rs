@@ -4,6 +4,15 @@ use burn_sam::ConfigError;
 use crate::Accumulation;
 
 /// How SAM uses the micro-batches of a window.
+///
+/// ```
+/// use burn_sam_accum::{AccumulationConfig, SamMode};
+///
+/// // m-sharpness: each micro-batch perturbed by its own gradient.
+/// let config = AccumulationConfig::new(4).with_sam_mode(SamMode::PerMicroBatch);
+/// assert_eq!(AccumulationConfig::new(4).sam_mode, SamMode::Exact); // the default
+/// # assert_eq!(config.sam_mode, SamMode::PerMicroBatch);
+/// ```
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum SamMode {
     /// One perturbation from the whole window's gradient, then the descent gradient over the
@@ -15,6 +24,24 @@ pub enum SamMode {
 }
 
 /// Configuration of [`Accumulation`]: how many micro-batches make one optimizer step.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::Linear;
+/// use burn::optim::SgdConfig;
+/// use burn_sam_accum::AccumulationConfig;
+///
+/// type B = Autodiff<Flex>;
+/// // Any Burn optimizer (here plain SGD), a `LossScaled` or a `Sam` one.
+/// let sgd = SgdConfig::new().init::<B, Linear<B>>();
+/// let accumulation = AccumulationConfig::new(4).try_init(sgd)?;
+/// assert_eq!(accumulation.config().window, 4);
+///
+/// // A window of 0 is refused, naming the field and its range.
+/// let error = AccumulationConfig::new(0).validate().unwrap_err();
+/// assert!(error.to_string().contains("window"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Config, Debug)]
 pub struct AccumulationConfig {
     /// Micro-batches per optimizer step (at least 1). A shorter window, such as the rest of

@@ -9,8 +9,30 @@
 //! window's gradient (SAM on the large batch) and [`SamMode::PerMicroBatch`] perturbs each
 //! micro-batch by its own gradient (m-sharpness).
 //!
-//! See [`Accumulation`] for an example, and [`train`] (cargo feature `train`) for Burn's
-//! `Learner`. Errors hand the module back ([`burn_sam::StepError`]).
+//! ```
+//! use burn::backend::{Autodiff, Flex};
+//! use burn::nn::{Linear, LinearConfig};
+//! use burn::optim::SgdConfig;
+//! use burn::tensor::Tensor;
+//! use burn_sam::SamConfig;
+//! use burn_sam_accum::{AccumulationConfig, MicroBatch};
+//!
+//! type B = Autodiff<Flex>;
+//! let device = Default::default();
+//! let mut model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+//! // SAM on a batch of 16 rows, two micro-batches of 8 at a time in memory.
+//! let mut accumulation = AccumulationConfig::new(2).init(SamConfig::new().init(SgdConfig::new().init()));
+//! let window = [
+//!     MicroBatch::with_items(Tensor::<B, 2>::ones([8, 3], &device), 8),
+//!     MicroBatch::with_items(Tensor::<B, 2>::ones([8, 3], &device), 8),
+//! ];
+//! let loss = |model: &Linear<B>, x: &Tensor<B, 2>| model.forward(x.clone()).powi_scalar(2).mean();
+//! model = accumulation.step(0.1, model, &window, loss)?.module;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! See [`Accumulation`] for windows over a whole epoch, and [`train`] (cargo feature `train`)
+//! for Burn's `Learner`. Errors hand the module back ([`burn_sam::StepError`]).
 
 mod accumulation;
 mod config;

@@ -11,6 +11,16 @@ use crate::AccumError;
 
 /// One micro-batch of a window: the data the loss closure receives and, optionally, how many
 /// items (examples, tokens) it holds.
+///
+/// ```
+/// use burn_sam_accum::MicroBatch;
+///
+/// // A last, short batch of an epoch weighs 3/19 of a window of 16 + 3 rows.
+/// let window = [MicroBatch::with_items("16 rows", 16), MicroBatch::with_items("3 rows", 3)];
+/// assert_eq!(window[1].items, Some(3));
+/// // Without item counts the micro-batches weigh equally.
+/// assert_eq!(MicroBatch::new("a batch").items, None);
+/// ```
 #[derive(Clone, Debug)]
 pub struct MicroBatch<T> {
     /// Passed to the loss closure.

@@ -89,6 +89,27 @@ impl std::error::Error for LossScaleError {}
 
 /// What went wrong when configuring or stepping a [`Sam`](crate::Sam) or
 /// [`LossScaled`](crate::LossScaled) optimizer.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::{GradientsParams, SgdConfig};
+/// use burn::tensor::Tensor;
+/// use burn_sam::{SamConfig, SamError};
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
+/// let mut optim = SamConfig::new().init(SgdConfig::new().init());
+/// let loss = model.forward(Tensor::<B, 2>::ones([4, 2], &device)).mean();
+/// let grads = GradientsParams::from_grads(loss.backward(), &model);
+///
+/// // A descent without its ascent: refused, and the model comes back as it was.
+/// let refused = optim.descend(0.1, model, grads).unwrap_err();
+/// assert_eq!(refused.error, SamError::DescentWithoutAscent);
+/// let model = refused.module;
+/// # drop(model);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum SamError {
     /// A configuration field is outside its allowed range.

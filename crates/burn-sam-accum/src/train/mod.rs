@@ -27,9 +27,9 @@
 //! or [`LossScaled`](burn_sam::LossScaled)) and call [`scale_loss`] on the loss the
 //! `TrainStep` back-propagates (on every replica's thread: the strategy sets the scale there).
 //! One scale serves all replicas; a non-finite gradient on any of them skips the step for all,
-//! with one scale update. The loss scale and the steps skipped on overflow are logged
-//! once per epoch (Burn's `Learner` writes the log to `experiment.log` in its artifact
-//! directory).
+//! with one scale update. The loss scale and the steps skipped on overflow, and over several
+//! devices the bytes moved per step, are logged once per epoch (Burn's `Learner` writes the
+//! log to `experiment.log` in its artifact directory).
 //!
 //! Checkpoints are Burn's: the model, the optimizer's record (for [`Sam`](burn_sam::Sam): the base optimizer's
 //! state, SAM's counters, the variant's state, the loss scaler and f32 master weights) and the
@@ -105,7 +105,16 @@ pub struct SamTraining<LC: LearningComponentsTypes> {
     items: Option<ItemCount<Input<LC>>>,
 }
 
-/// Where data-parallel SAM takes its ascent ([`SamTraining::data_parallel`]).
+/// Where data-parallel SAM takes its ascent: the third argument of
+/// [`SamTraining::data_parallel`], whose example shows it in use.
+///
+/// ```
+/// use burn_sam_accum::train::Ascent;
+///
+/// // Local ascents exchange half the bytes per step: one gradient and one model.
+/// let ascent = Ascent::Local;
+/// assert_ne!(ascent, Ascent::Synced);
+/// ```
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum Ascent {
     /// One perturbation from the gradient combined over all replicas, sent to every replica,
@@ -295,6 +304,8 @@ where
     ) {
         let most_passes = <LC::Optimizer as WindowOptimizer<_, _>>::PASSES;
         let overflows = self.loss_scale.overflows();
+        let traffic = self.replicas.traffic();
+        let (bytes, steps) = (traffic.bytes(), traffic.steps());
         let mut iterators: Vec<_> = loaders.iter().map(|loader| loader.iter()).collect();
         let mut iteration = 0;
         loop {
@@ -355,14 +366,24 @@ where
                 break;
             }
         }
+        // One line per epoch with what a user of loss scaling or of several devices watches.
+        let mut facts = Vec::new();
         if self.loss_scale.is_scaling() {
-            log::info!(
-                "epoch {}: loss scale {}, {} steps overflowed (skipped in whole, or SAM's \
-                 ascent skipped)",
-                epoch.items_processed,
+            facts.push(format!(
+                "loss scale {}, {} steps overflowed (skipped in whole, or SAM's ascent skipped)",
                 self.loss_scale.get(),
                 self.loss_scale.overflows() - overflows
-            );
+            ));
+        }
+        if self.replicas.devices().len() > 1 {
+            let steps = traffic.steps() - steps;
+            facts.push(format!(
+                "{:.0} bytes moved between devices per step ({steps} steps)",
+                (traffic.bytes() - bytes) as f64 / steps.max(1) as f64
+            ));
+        }
+        if !facts.is_empty() {
+            log::info!("epoch {}: {}", epoch.items_processed, facts.join("; "));
         }
         processor.process_train(LearnerEvent::EndEpoch(epoch.items_processed));
     }
