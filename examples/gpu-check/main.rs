@@ -78,30 +78,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Every stage below in a child process of its own, then the report.
-    All {
-        /// The report to write.
-        #[arg(long, default_value = "gpu-report.json")]
-        out: PathBuf,
-        /// Where each stage's output and result go.
-        #[arg(long, default_value = "gpu-logs")]
-        logs: PathBuf,
-        /// The data set (gzipped CSV).
-        #[arg(long, default_value = "digits.csv.gz")]
-        data: PathBuf,
-        /// Multiplies every stage's time limit (a slow host, a CPU dry run), in (0, 100].
-        #[arg(long, default_value_t = 1.0)]
-        time_scale: f64,
-        /// The kernel cache the stages share; emptied first unless `--keep-cache`.
-        #[arg(long, default_value = "kernel-cache")]
-        cache: PathBuf,
-        /// Start from the kernels and autotune results of an earlier run (a warm start).
-        #[arg(long)]
-        keep_cache: bool,
-        /// Skip the second, warm run of the stages that splits each stage's time into
-        /// compilation and autotuning, and running.
-        #[arg(long)]
-        no_warm_pass: bool,
-    },
+    All(report::Options),
     /// The conformance suite in one float type, in this process; results as JSON to `--json`.
     Suite {
         #[arg(value_enum)]
@@ -146,23 +123,7 @@ fn main() {
         kernel_cache(dir, cli.kernel_log.as_deref());
     }
     let result = match cli.command {
-        Command::All {
-            out,
-            logs,
-            data,
-            time_scale,
-            cache,
-            keep_cache,
-            no_warm_pass,
-        } => report::all(&report::Options {
-            out,
-            logs,
-            data,
-            time_scale,
-            cache,
-            keep_cache,
-            warm_pass: !no_warm_pass,
-        }),
+        Command::All(options) => report::all(&options),
         Command::Suite { dtype, json } => suite_runner::run(dtype, &json),
         Command::Bench {
             rounds,

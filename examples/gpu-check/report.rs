@@ -84,14 +84,30 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
 }
 
 /// What `gpu-check all` was asked.
+#[derive(clap::Args, Debug)]
 pub struct Options {
+    /// The report to write.
+    #[arg(long, default_value = "gpu-report.json")]
     pub out: PathBuf,
+    /// Where each stage's output and result go.
+    #[arg(long, default_value = "gpu-logs")]
     pub logs: PathBuf,
+    /// The data set (gzipped CSV).
+    #[arg(long, default_value = "digits.csv.gz")]
     pub data: PathBuf,
+    /// Multiplies every stage's time limit (a slow host, a CPU dry run), in (0, 100].
+    #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
+    /// The kernel cache the stages share; emptied first unless `--keep-cache`.
+    #[arg(long, default_value = "kernel-cache")]
     pub cache: PathBuf,
+    /// Start from the kernels and autotune results of an earlier run (a warm start).
+    #[arg(long)]
     pub keep_cache: bool,
-    pub warm_pass: bool,
+    /// Skip the second, warm run of the stages that splits each stage's time into
+    /// compilation and autotuning, and running.
+    #[arg(long)]
+    pub no_warm_pass: bool,
 }
 
 /// One run of a stage: how it ended, its time, and what it compiled and tuned.
@@ -215,7 +231,7 @@ pub fn all(options: &Options) -> Result<(), String> {
         }));
         write_json(out, &report(&results))?;
     }
-    if options.warm_pass {
+    if !options.no_warm_pass {
         println!("\nagain, with the kernels and autotune results of the run above:");
         for (index, stage) in stages.iter().enumerate() {
             let warm = run(stage, "-warm", stage.warm_limit_s)?;
@@ -237,7 +253,7 @@ pub fn all(options: &Options) -> Result<(), String> {
         .iter()
         .filter(|stage| {
             stage["status"] != "passed"
-                || (options.warm_pass && stage["warm"]["status"] != "passed")
+                || (!options.no_warm_pass && stage["warm"]["status"] != "passed")
         })
         .filter_map(|stage| stage["name"].as_str())
         .collect();
