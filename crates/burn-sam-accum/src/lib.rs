@@ -21,12 +21,13 @@
 //! let device = Default::default();
 //! let mut model: Linear<B> = LinearConfig::new(3, 1).init(&device);
 //! // SAM on a batch of 16 rows, two micro-batches of 8 at a time in memory.
-//! let mut accumulation = AccumulationConfig::new(2).init(SamConfig::new().init(SgdConfig::new().init()));
+//! let sam = SamConfig::new().init(SgdConfig::new().init());
+//! let mut accumulation = AccumulationConfig::new(2).init(sam);
 //! let window = [
 //!     MicroBatch::with_items(Tensor::<B, 2>::ones([8, 3], &device), 8),
 //!     MicroBatch::with_items(Tensor::<B, 2>::ones([8, 3], &device), 8),
 //! ];
-//! let loss = |model: &Linear<B>, x: &Tensor<B, 2>| model.forward(x.clone()).powi_scalar(2).mean();
+//! let loss = |m: &Linear<B>, x: &Tensor<B, 2>| m.forward(x.clone()).powi_scalar(2).mean();
 //! model = accumulation.step(0.1, model, &window, loss)?.module;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
