@@ -350,10 +350,11 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
 ///
 /// A fused backend (Burn's `fusion`: CUDA, Vulkan) queues operations and compiles each run of
 /// them into kernels when something is read. Left queued, the update would fuse with the next
-/// step's first operations, and CUDA rounds a fused `a * b + c` once (FMA) where separate
-/// kernels round twice: the same step would round differently depending on whether a record
-/// was read in between, and a resumed run would differ from the uninterrupted one in the last
-/// bit. Ending every step here makes each step's kernels the same whatever came before. The
+/// step's first operations unless a read (saving a record) came in between, and kernels fused
+/// differently can round differently (CUDA contracts a fused `a * b + c` into one FMA): on an
+/// H200 a resumed LookSAM run differed from the uninterrupted one in the last bit until
+/// steps ended here. Ending every step here makes each step's kernels the same whatever came
+/// before. The
 /// step already waited for the device once per pass (its gradient norm), so this adds one
 /// short wait for the update's own kernels.
 fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
