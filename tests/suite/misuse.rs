@@ -4,6 +4,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
+use burn_sam::strategy::Phases;
 use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamError, StepError};
 use burn_sam_suite::{Mlp, MlpConfig};
 
@@ -45,7 +46,7 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     };
     refused(failed, foreign.clone(), &model);
     assert!(
-        !sam.is_perturbed(),
+        sam.pending_ascent().is_none(),
         "a rejected ascent leaves nothing pending"
     );
 
@@ -79,7 +80,7 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
         .descend(0.1, perturbed.clone(), batch_grads(&other, batch))
         .unwrap_err();
     refused(failed, foreign, &stepped);
-    assert!(!sam.is_perturbed());
+    assert!(sam.pending_ascent().is_none());
     assert_eq!(sam.stats().steps, 1);
 }
 
@@ -120,7 +121,7 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
         .unwrap_err();
     let message = refused(failed, SamError::UnscaledLoss, &model);
     assert!(message.contains("scale_loss") && message.contains("SamTraining"));
-    assert!(!sam.is_perturbed());
+    assert!(sam.pending_ascent().is_none());
 
     let scaled = |sam: &burn_sam::Sam<_>, model: &Mlp<B>| {
         let (x, y) = batch;
@@ -196,7 +197,7 @@ pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
         .unwrap_err();
     assert_eq!(tensors(&failed.module), tensors(&model));
     stopped(failed.to_string());
-    assert!(!sam.is_perturbed());
+    assert!(sam.pending_ascent().is_none());
 
     let mut sam = SamConfig::new()
         .with_loss_scaling(Some(stop.clone()))

@@ -3,10 +3,13 @@ use burn::optim::LearningRate;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
+use burn_sam::strategy::or_hand_back;
 use burn_sam::StepError;
 
-use crate::error::or_hand_back;
-use crate::{AccumError, AccumulationConfig, MicroBatch, Window, WindowOptimizer, WindowReport};
+use crate::config::AccumulationConfig;
+use crate::error::AccumError;
+use crate::optimizer::{WindowOptimizer, WindowReport};
+use crate::window::{MicroBatch, Window};
 
 /// Gradient accumulation over windows of micro-batches, around any [`WindowOptimizer`].
 ///

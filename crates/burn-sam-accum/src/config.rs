@@ -1,7 +1,7 @@
 use burn::config::Config;
 use burn_sam::ConfigError;
 
-use crate::Accumulation;
+use crate::accumulation::Accumulation;
 
 /// How SAM uses the micro-batches of a window.
 ///

@@ -90,19 +90,3 @@ impl fmt::Display for AccumError {
 }
 
 impl std::error::Error for AccumError {}
-
-/// Hands `$module` back with the error when `$result` is an `Err`.
-macro_rules! or_hand_back {
-    ($result:expr, $module:expr) => {
-        match $result {
-            Ok(value) => value,
-            Err(error) => {
-                return Err(burn_sam::StepError {
-                    module: $module,
-                    error: error.into(),
-                })
-            }
-        }
-    };
-}
-pub(crate) use or_hand_back;

@@ -1,45 +1,111 @@
-//! A running sum of gradients by parameter.
+//! The weighted sum of micro-batch gradients, by parameter: what accumulation and the
+//! replicas of data-parallel training both step with.
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
-use burn_sam::{widen, SamError};
+use burn_sam::strategy::widen;
+use burn_sam::SamError;
 
-/// A running sum of gradients by parameter, in f32 (or f64).
+/// `sum_i w_i g_i` over gradients added one at a time, in f32 (f64 for f64 gradients). A sum
+/// of one gradient of weight 1 (a one-batch step) is that gradient as it came, in the
+/// parameters' float type ([`Summed::as_came`]).
 #[derive(Default)]
-pub(crate) struct GradSum {
+pub(crate) struct WeightedSum {
     sum: GradientsParams,
+    terms: usize,
+    /// The first term, while it is the only one and came as `backward` gave it.
+    single: Option<GradientsParams>,
 }
 
-impl GradSum {
-    /// Adds `weight * grads`, an error when some belong to no parameter of `module`.
+/// A finished [`WeightedSum`].
+pub(crate) struct Summed {
+    pub grads: GradientsParams,
+    /// Whether `grads` is one gradient as `backward` gave it (in the parameters' float type),
+    /// rather than a sum in f32.
+    pub as_came: bool,
+}
+
+impl WeightedSum {
+    /// Adds `weight * grads`, an error when some belong to no parameter of `module` (checked
+    /// once there are two terms; the optimizer's norm checks a single one).
     pub fn add<B: AutodiffBackend, M: AutodiffModule<B>>(
         &mut self,
         module: &M,
         grads: GradientsParams,
         weight: f64,
     ) -> Result<(), SamError> {
-        let gradients = grads.len();
-        let mut add = Add::<B> {
-            grads,
-            weight,
-            sum: &mut self.sum,
-            matched: 0,
-            backend: core::marker::PhantomData,
-        };
-        module.visit(&mut add);
-        if add.matched != gradients {
-            return Err(SamError::ForeignGradients {
-                gradients,
-                matched: add.matched,
-            });
+        self.push(module, grads, weight, weight == 1.0)
+    }
+
+    /// Adds a finished sum, with weight 1.
+    pub fn add_summed<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &mut self,
+        module: &M,
+        summed: Summed,
+    ) -> Result<(), SamError> {
+        self.push(module, summed.grads, 1.0, summed.as_came)
+    }
+
+    fn push<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+        weight: f64,
+        as_came: bool,
+    ) -> Result<(), SamError> {
+        self.terms += 1;
+        if self.terms == 1 && as_came {
+            self.single = Some(grads);
+            return Ok(());
         }
-        Ok(())
+        if let Some(single) = self.single.take() {
+            add_weighted(module, &mut self.sum, single, 1.0)?;
+        }
+        add_weighted(module, &mut self.sum, grads, weight)
+    }
+
+    pub fn finish(self) -> Summed {
+        match self.single {
+            Some(grads) => Summed {
+                grads,
+                as_came: true,
+            },
+            None => Summed {
+                grads: self.sum,
+                as_came: false,
+            },
+        }
     }
 
     pub fn into_grads(self) -> GradientsParams {
-        self.sum
+        self.finish().grads
+    }
+}
+
+/// `sum += weight * widen(grads)`, parameter by parameter.
+fn add_weighted<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    sum: &mut GradientsParams,
+    grads: GradientsParams,
+    weight: f64,
+) -> Result<(), SamError> {
+    let gradients = grads.len();
+    let mut add = Add::<B> {
+        grads,
+        weight,
+        sum,
+        matched: 0,
+        backend: core::marker::PhantomData,
+    };
+    module.visit(&mut add);
+    match add.matched == gradients {
+        true => Ok(()),
+        false => Err(SamError::ForeignGradients {
+            gradients,
+            matched: add.matched,
+        }),
     }
 }
 

@@ -5,11 +5,13 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{LearningRate, Optimizer, SimpleOptimizer};
 use burn::tensor::backend::AutodiffBackend;
+use burn_sam::strategy::{guarded_step, or_hand_back};
 use burn_sam::{LossScaleHandle, LossScaled, Sam, SamConfig, StepError, StepReport};
 
-use crate::error::or_hand_back;
+use crate::config::SamMode;
+use crate::error::AccumError;
 use crate::sam_window;
-use crate::{AccumError, SamMode, Window};
+use crate::window::Window;
 
 /// What one window's step did.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -30,24 +32,22 @@ pub struct WindowReport {
 
 /// An optimizer that takes one step from a window of micro-batches: directly, running their
 /// passes through [`Window`] ([`Accumulation`](crate::Accumulation)), or through Burn's
-/// `Learner`, where a training strategy runs `PASSES` passes and calls `Optimizer::step`
-/// after each (`train::SamTraining`). A window is all or nothing: a non-finite gradient
+/// `Learner`, where a training strategy runs the passes the optimizer's
+/// [`StepLink`](burn_sam::strategy::StepLink) asks for and calls `Optimizer::step` after each
+/// (`train::SamTraining`). A window is all or nothing: a non-finite gradient
 /// anywhere in it skips the step, and loss scaling sees one scale and makes one update per
 /// window.
 ///
 /// Implemented for Burn's optimizers ([`OptimizerAdaptor`]: SGD, Adam, AdamW, ...),
 /// [`LossScaled`] and [`Sam`].
 pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M, B> {
-    /// Forward and backward passes over the same micro-batches per optimizer step: 2 for
-    /// [`Sam`] (ascent, then descent), 1 otherwise. A `Sam` step takes 1 where its handle's
-    /// [`LossScaleHandle::single_pass_step`] says so (LookSAM between its full steps).
-    const PASSES: usize;
     /// Whether `Optimizer::step` takes f32 gradients for parameters narrower than f32 (it
     /// unscales them and steps through master weights); otherwise accumulated gradients are
     /// cast to each parameter's type first.
     const WIDE_GRADIENTS: bool;
 
-    /// The loss scale the gradients must carry, shared with the optimizer as it changes.
+    /// The loss scale the gradients must carry, shared with the optimizer as it changes; a
+    /// training strategy's [`StepLink`](burn_sam::strategy::StepLink) is built from it.
     fn loss_scale_handle(&self) -> LossScaleHandle;
 
     /// SAM's configuration, for a [`Sam`] optimizer: what data-parallel training's local
@@ -73,7 +73,6 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    const PASSES: usize = 1;
     const WIDE_GRADIENTS: bool = false;
 
     fn loss_scale_handle(&self) -> LossScaleHandle {
@@ -91,8 +90,7 @@ where
             window.gradient(&module, &LossScaleHandle::unscaled()),
             module
         );
-        let (module, step) =
-            burn_sam::guarded_step(self, lr, module, grads).map_err(|e| e.map_error(Into::into))?;
+        let (module, step) = guarded_step(self, lr, module, grads).map_err(StepError::convert)?;
         let report = WindowReport {
             applied: step.applied,
             micro_batches: window.len(),
@@ -110,7 +108,6 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    const PASSES: usize = 1;
     const WIDE_GRADIENTS: bool = true;
 
     fn loss_scale_handle(&self) -> LossScaleHandle {
@@ -127,7 +124,7 @@ where
         let grads = or_hand_back!(window.gradient(&module, &self.loss_scale_handle()), module);
         let (module, step) = self
             .try_step(lr, module, grads)
-            .map_err(|e| e.map_error(Into::into))?;
+            .map_err(StepError::convert)?;
         let report = WindowReport {
             applied: step.applied,
             micro_batches: window.len(),
@@ -145,7 +142,6 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    const PASSES: usize = 2;
     const WIDE_GRADIENTS: bool = true;
 
     fn loss_scale_handle(&self) -> LossScaleHandle {

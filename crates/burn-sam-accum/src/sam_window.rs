@@ -4,11 +4,12 @@
 use burn::module::AutodiffModule;
 use burn::optim::{LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
+use burn_sam::strategy::{or_hand_back, Phases};
 use burn_sam::{Sam, SamVariant, StepError, StepReport};
 
-use crate::error::or_hand_back;
-use crate::grad_sum::GradSum;
-use crate::{AccumError, Window};
+use crate::error::AccumError;
+use crate::grad_sum::WeightedSum;
+use crate::window::Window;
 
 type WindowResult<M> = Result<(M, StepReport), StepError<M, AccumError>>;
 
@@ -28,14 +29,16 @@ where
     let scale = sam.loss_scale_handle();
     let grads = or_hand_back!(window.gradient(&module, &scale), module);
     if !sam.needs_ascent() {
-        return sam.descend(lr, module, grads).map_err(widen_error);
+        return sam.descend(lr, module, grads).map_err(StepError::convert);
     }
-    let perturbed = sam.ascend(lr, module, grads).map_err(widen_error)?;
+    let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
     if ascent_overflowed(sam) {
-        return sam.skip(perturbed).map_err(widen_error);
+        return sam.skip(perturbed).map_err(StepError::convert);
     }
     match window.gradient(&perturbed, &scale) {
-        Ok(grads) => sam.descend(lr, perturbed, grads).map_err(widen_error),
+        Ok(grads) => sam
+            .descend(lr, perturbed, grads)
+            .map_err(StepError::convert),
         Err(error) => Err(abandon(sam, perturbed, error)),
     }
 }
@@ -61,15 +64,15 @@ where
         return Err(StepError { module, error });
     }
     let scale = sam.loss_scale_handle();
-    let mut descent = GradSum::default();
+    let mut descent = WeightedSum::default();
     let last = window.len() - 1;
     let mut index = 0;
     loop {
         // The perturbation divides by the norm: the ascent gradient needs no weight.
         let grads = or_hand_back!(window.micro_gradient(index, &module, &scale, 1.0), module);
-        let perturbed = sam.ascend(lr, module, grads).map_err(widen_error)?;
+        let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
         if ascent_overflowed(sam) {
-            return sam.skip(perturbed).map_err(widen_error);
+            return sam.skip(perturbed).map_err(StepError::convert);
         }
         let weight = window.weight(index);
         let added = window
@@ -81,9 +84,9 @@ where
         if index == last {
             return sam
                 .descend(lr, perturbed, descent.into_grads())
-                .map_err(widen_error);
+                .map_err(StepError::convert);
         }
-        module = sam.restore(perturbed).map_err(widen_error)?;
+        module = sam.restore(perturbed).map_err(StepError::convert)?;
         index += 1;
     }
 }
@@ -102,8 +105,4 @@ where
         .restore(perturbed)
         .unwrap_or_else(|failed| failed.module);
     StepError { module, error }
-}
-
-fn widen_error<M>(error: StepError<M>) -> StepError<M, AccumError> {
-    error.map_error(AccumError::Optimizer)
 }

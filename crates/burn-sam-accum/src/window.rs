@@ -4,10 +4,11 @@ use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
-use burn_sam::{widen, LossScaleHandle};
+use burn_sam::strategy::widen;
+use burn_sam::LossScaleHandle;
 
-use crate::grad_sum::GradSum;
-use crate::AccumError;
+use crate::error::AccumError;
+use crate::grad_sum::WeightedSum;
 
 /// One micro-batch of a window: the data the loss closure receives and, optionally, how many
 /// items (examples, tokens) it holds.
@@ -90,15 +91,18 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
     }
 
     /// The window's gradient at `module`, `sum_i w_i grad L_i`, with every loss scaled through
-    /// `scale` (the optimizer's [`LossScaleHandle`]) before its backward pass. Accumulated in
-    /// f32 (f64 for f64 gradients).
+    /// `scale` (the optimizer's [`LossScaleHandle`]) and weighted before its backward pass.
+    /// Accumulated in f32 (f64 for f64 gradients); a window of one micro-batch gives its
+    /// gradient as it came.
     pub fn gradient(
         &mut self,
         module: &M,
         scale: &LossScaleHandle,
     ) -> Result<GradientsParams, AccumError> {
-        let mut sum = GradSum::default();
+        let mut sum = WeightedSum::default();
         for index in 0..self.len() {
+            // Weighted before the backward pass, as `loss / window` is in PyTorch: what flows
+            // through f16 layers is no larger than the window's mean gradient.
             let grads = self.micro_gradient(index, module, scale, self.weights[index])?;
             sum.add(module, grads, 1.0)?;
         }

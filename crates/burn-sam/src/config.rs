@@ -1,7 +1,10 @@
 use burn::config::Config;
 
+use crate::error::ConfigError;
 use crate::precision::MixedPrecision;
-use crate::{ConfigError, LossScalerConfig, RhoSchedule, Sam, SamVariant};
+use crate::sam::Sam;
+use crate::scaler::LossScalerConfig;
+use crate::variant::{RhoSchedule, SamVariant};
 
 /// Configuration of [`Sam`]: Sharpness-Aware Minimization (Foret et al., 2021), its adaptive
 /// form ASAM (Kwon et al., 2021), and the variants of [`SamVariant`] (GSAM, LookSAM,

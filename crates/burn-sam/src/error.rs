@@ -135,8 +135,9 @@ pub enum SamError {
     /// `ascend` was called on a step that takes one pass (LookSAM between its full steps):
     /// call `descend` with the gradient at the unperturbed weights ([`Sam::needs_ascent`](crate::Sam::needs_ascent)).
     SinglePassStep,
-    /// A local ascent ([`Sam::descend_local`](crate::Sam::descend_local)) with a SAM variant:
-    /// GSAM, LookSAM and Friendly-SAM join one ascent to one descent on the same weights.
+    /// A local descent ([`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent))
+    /// with a SAM variant: GSAM, LookSAM and Friendly-SAM join one ascent to one descent on
+    /// the same weights.
     LocalAscentVariant {
         /// The variant's name.
         variant: &'static str,
@@ -145,6 +146,14 @@ pub enum SamError {
     NothingPicked {
         /// The names given.
         names: Vec<String>,
+    },
+    /// A training strategy handed over gradients of losses scaled by another scale than the
+    /// optimizer's ([`Handover`](crate::strategy::Handover)).
+    LossScaleMismatch {
+        /// The optimizer's scale (1 without loss scaling).
+        expected: f32,
+        /// The scale the strategy said its losses carry.
+        handed: f32,
     },
     /// The backend cannot compute in the float type parameters were to be cast to.
     UnsupportedDType {
@@ -215,6 +224,11 @@ impl fmt::Display for SamError {
                 "`SamConfig::perturb_only` = {names:?} picks no parameter of the module: name \
                  module types (\"BatchNorm\") or dotted paths (\"encoder.norm\") it has"
             ),
+            Self::LossScaleMismatch { expected, handed } => write!(
+                f,
+                "the training strategy scaled its losses by {handed} but the optimizer's loss \
+                 scale is {expected}: read the scale from `StepLink::next_step` before each step"
+            ),
             Self::UnsupportedDType { dtype, backend } => write!(
                 f,
                 "the {backend} backend does not compute in {dtype:?} on this device: train \
@@ -280,6 +294,12 @@ impl<M, E> StepError<M, E> {
             error: map(self.error),
         }
     }
+
+    /// The same module with the error converted by `From`: `.map_err(StepError::convert)?`
+    /// where a caller's error type wraps this one.
+    pub fn convert<F: From<E>>(self) -> StepError<M, F> {
+        self.map_error(F::from)
+    }
 }
 
 impl<M, E: fmt::Debug> fmt::Debug for StepError<M, E> {
@@ -302,13 +322,35 @@ impl<M, E: std::error::Error + 'static> std::error::Error for StepError<M, E> {
     }
 }
 
-/// Hands `$module` back with the error when `$result` is an `Err`.
+/// `$result`'s value, or a return of `Err(StepError)` that hands `$module` back with the error
+/// (converted with `Into`): how every call that takes a module by value keeps it on failure.
+///
+/// ```
+/// use burn_sam::strategy::or_hand_back;
+/// use burn_sam::{SamError, StepError};
+///
+/// fn check(module: Vec<f32>) -> Result<Vec<f32>, StepError<Vec<f32>>> {
+///     let len = or_hand_back!(
+///         if module.is_empty() { Err(SamError::DescentWithoutAscent) } else { Ok(module.len()) },
+///         module
+///     );
+///     assert!(len > 0);
+///     Ok(module)
+/// }
+/// assert_eq!(check(Vec::new()).unwrap_err().module, Vec::<f32>::new());
+/// ```
+#[macro_export]
+#[doc(hidden)]
 macro_rules! or_hand_back {
     ($result:expr, $module:expr) => {
         match $result {
             Ok(value) => value,
-            Err(error) => return Err($crate::StepError::new($module, error)),
+            Err(error) => {
+                return Err($crate::StepError {
+                    module: $module,
+                    error: ::core::convert::Into::into(error),
+                })
+            }
         }
     };
 }
-pub(crate) use or_hand_back;

@@ -7,7 +7,7 @@ use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::SamError;
+use crate::error::SamError;
 
 /// The parameters [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picks in
 /// `module` (`None`: all of them), an error when it names some and picks none.

@@ -12,7 +12,7 @@ use burn::tensor::{DType, FloatDType, Tensor};
 /// use burn::tensor::{DType, FloatDType, Tensor};
 ///
 /// let half = Tensor::<Flex, 1>::ones([2], &Default::default()).cast(FloatDType::F16);
-/// assert_eq!(burn_sam::widen(half).dtype(), DType::F32);
+/// assert_eq!(burn_sam::strategy::widen(half).dtype(), DType::F32);
 /// ```
 pub fn widen<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
     match tensor.dtype() {

@@ -31,11 +31,15 @@
 //! any Burn optimizer the same without SAM; [`cast_params`] makes a model f16.
 //!
 //! Errors hand the module back ([`StepError`]): no call that takes the model by value loses it.
+//!
+//! Training strategies and other code that runs the passes without holding the optimizer
+//! (burn-sam-accum) build on [`strategy`]: the step protocol and SAM's remaining phases.
 
 mod cast;
 mod config;
 pub mod diagnostics;
 mod error;
+mod family;
 mod filter;
 mod float;
 mod handle;
@@ -45,21 +49,20 @@ mod norm;
 mod param_map;
 mod perturb;
 mod precision;
-mod rules;
+mod quirks;
 mod sam;
 mod scaler;
+pub mod strategy;
 mod variant;
 
 pub use cast::{cast_params, try_cast_params};
 pub use config::SamConfig;
 pub use error::{ConfigError, LossScaleError, SamError, StepError};
-pub use float::widen;
+pub use family::{ParamValuesRecord, VariantRecord};
 pub use handle::LossScaleHandle;
 pub use loss_scaled::{LossScaled, LossScaledConfig};
 pub use norm::grad_norm;
-pub use perturb::{perturb, Perturbation};
-pub use precision::{guarded_step, MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
-pub use rules::{ParamValuesRecord, VariantRecord};
+pub use precision::{MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
 pub use variant::{RhoSchedule, SamVariant};

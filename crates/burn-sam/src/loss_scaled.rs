@@ -4,10 +4,13 @@ use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
-use crate::error::or_hand_back;
+use crate::error::{ConfigError, StepError};
+use crate::handle::LossScaleHandle;
 use crate::merge::merge_devices;
+use crate::or_hand_back;
 use crate::precision::{MixedPrecision, MixedPrecisionRecord, ScaledStepReport};
-use crate::{ConfigError, LossScaleHandle, LossScaler, LossScalerConfig, StepError};
+use crate::scaler::LossScalerConfig;
+use crate::strategy::check_handed_scale;
 
 /// Configuration of [`LossScaled`]: loss scaling and f32 master weights for any Burn
 /// optimizer, without SAM.
@@ -77,11 +80,6 @@ impl<O> LossScaled<O> {
         &self.base
     }
 
-    /// The loss scaler.
-    pub fn loss_scaler(&self) -> &LossScaler {
-        self.precision.scaler().expect("always set")
-    }
-
     /// The current loss scale.
     pub fn loss_scale(&self) -> f32 {
         self.precision.loss_scale()
@@ -120,8 +118,12 @@ impl<O> LossScaled<O> {
     }
 }
 
+/// A training strategy's hand-over ([`Handover`](crate::strategy::Handover)) vouches for the
+/// scale of the gradients instead of [`LossScaled::scale_loss`]; each kind is one step.
+///
 /// # Panics
-/// On foreign gradients or when `max_overflows_at_min` is reached, with the message.
+/// On foreign gradients, gradients of an unscaled loss, or when `max_overflows_at_min` is
+/// reached, with the message.
 impl<M, B, O> Optimizer<M, B> for LossScaled<O>
 where
     M: AutodiffModule<B>,
@@ -131,6 +133,13 @@ where
     type Record = (O::Record, MixedPrecisionRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        if let Some(handover) = self.precision.handle().take_handover() {
+            let expected = Some(self.loss_scale());
+            if let Err(error) = check_handed_scale(handover.loss_scale(), expected) {
+                panic!("{error}");
+            }
+            self.precision.handle().vouch_scaled();
+        }
         match self.try_step(lr, module, grads) {
             Ok((module, _)) => module,
             Err(error) => panic!("{error}"),

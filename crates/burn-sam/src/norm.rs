@@ -9,7 +9,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use crate::diagnostics::read_back;
-use crate::{widen, SamError};
+use crate::error::SamError;
+use crate::float::widen;
+use crate::quirks::squared_norm_by_matmul;
 
 /// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
 /// `a^2 * g`.
@@ -25,17 +27,10 @@ pub(crate) fn weighted<B: Backend, const D: usize>(
     }
 }
 
-/// `||x||^2`, as a reduction on every backend but Flex (shape `[1]`).
-///
-/// Flex needs its own form: it sums sequentially, through a temporary `x^2`, while its matmul
-/// is parallel and reads `x` once, so there the dot product `[1, n] x [n, 1]` is what keeps
-/// SAM at the cost of two passes (2.1M MLP: 1.05 against 1.12-1.18 times two passes). On
-/// every other backend that matmul is the slow form: NdArray's GEMM packs both operands and
-/// pads the 1x1 output to a full micro-kernel tile (33 ms against 1.7 ms for the reduction,
-/// 2.1M values: SAM went from 1.44 to 1.07 times two passes), and GPU matmuls are not built
-/// for a 1x1 output while their reductions are parallel.
+/// `||x||^2` (shape `[1]`), in the form the backend computes fastest
+/// ([`squared_norm_by_matmul`]).
 pub(crate) fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
-    if B::name(&x.device()) != "flex" {
+    if !squared_norm_by_matmul::<B>(&x.device()) {
         return x.square().sum();
     }
     let n = x.shape().num_elements();

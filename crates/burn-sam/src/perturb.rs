@@ -8,12 +8,13 @@ use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
-use crate::error::or_hand_back;
+use crate::config::SamConfig;
+use crate::error::StepError;
 use crate::filter::perturbed_params;
-use crate::float::tracked;
+use crate::float::{tracked, widen};
 use crate::norm::{unscaled_norm, weighted};
+use crate::or_hand_back;
 use crate::param_map::ParamMap;
-use crate::{widen, SamConfig, StepError};
 
 /// A module moved by [`perturb`].
 #[derive(Debug)]
@@ -30,7 +31,7 @@ pub struct Perturbation<M> {
 /// `w + e(w)`, `e = rho_t * a^2 * g / (||a g|| + eps)`, with `g` the gradient at `w` (`grads`,
 /// carrying `loss_scale`), `rho_t` the radius at learning rate `lr` ([`SamConfig::rho_at`]),
 /// only the parameters [`SamConfig::perturb_only`] picks. [`Sam::ascend`](crate::Sam::ascend)
-/// applies this same rule, and also keeps `w` to step from.
+/// moves by this same path, and also keeps `w` to step from.
 ///
 /// For a copy of the model that is dropped once its gradient is taken: data-parallel SAM's
 /// local ascent, where each replica is perturbed by its own gradient. The SAM variants'
@@ -42,7 +43,8 @@ pub struct Perturbation<M> {
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::optim::GradientsParams;
 /// use burn::tensor::Tensor;
-/// use burn_sam::{perturb, SamConfig};
+/// use burn_sam::strategy::perturb;
+/// use burn_sam::SamConfig;
 ///
 /// type B = Autodiff<Flex>;
 /// let device = Default::default();
@@ -73,15 +75,7 @@ where
         perturbed_params(&module, config.perturb_only.as_deref()),
         module
     );
-    let norm = unscaled_norm(
-        &module,
-        &grads,
-        config.asam_eta(),
-        loss_scale,
-        picked.as_ref(),
-    );
-    let grad_norm = or_hand_back!(norm, module);
-    let (module, _) = ascend_by(config, lr, module, grads, grad_norm, loss_scale, picked);
+    let (module, _, grad_norm) = move_along(config, lr, module, grads, loss_scale, picked)?;
     Ok(Perturbation {
         module,
         grad_norm,
@@ -89,22 +83,25 @@ where
     })
 }
 
-/// Moves `module` by `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))`, `d` the scaled
-/// ascent direction and `grad_norm` its unscaled `||a d||`, and returns it with every float
-/// tensor of before; unmoved when `grad_norm` is not finite.
-pub(crate) fn ascend_by<M, B>(
+/// SAM's move along `direction` (the ascent gradient or a variant's direction, carrying
+/// `loss_scale`): its unscaled norm `||a d||` over the `picked` parameters, then `w + e`,
+/// `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))`; unmoved when the norm is not
+/// finite. Returns the module, every float tensor it had before, and the norm.
+pub(crate) fn move_along<M, B>(
     config: &SamConfig,
     lr: LearningRate,
     module: M,
     direction: GradientsParams,
-    grad_norm: f64,
     loss_scale: f32,
     picked: Option<HashSet<ParamId>>,
-) -> (M, ParamMap)
+) -> Result<(M, ParamMap, f64), StepError<M>>
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
+    let eta = config.asam_eta();
+    let norm = unscaled_norm(&module, &direction, eta, loss_scale, picked.as_ref());
+    let grad_norm = or_hand_back!(norm, module);
     let scale = match grad_norm.is_finite() {
         true => config.rho_at(lr) / (f64::from(loss_scale) * (grad_norm + config.eps)),
         false => 0.0,
@@ -112,13 +109,13 @@ where
     sync_running_states(&module);
     let mut perturb = Perturb {
         grads: direction,
-        eta: config.asam_eta(),
+        eta,
         scale,
         picked,
         snapshot: ParamMap::default(),
     };
     let module = module.map(&mut perturb);
-    (module, perturb.snapshot)
+    Ok((module, perturb.snapshot, grad_norm))
 }
 
 /// Moves every parameter with a gradient (that `picked` holds, when given) to

@@ -2,7 +2,7 @@
 //! parameters through f32 master weights (Micikevicius et al., "Mixed Precision Training"),
 //! only ever with finite gradients.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
@@ -11,12 +11,13 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 
 use crate::diagnostics::read_back;
-use crate::error::or_hand_back;
-use crate::float::tracked;
+use crate::error::{LossScaleError, SamError, StepError};
+use crate::float::{tracked, widen};
+use crate::handle::LossScaleHandle;
 use crate::norm::unscaled_norm;
+use crate::or_hand_back;
 use crate::param_map::ParamMap;
-use crate::StepError;
-use crate::{widen, LossScaleError, LossScaleHandle, LossScaler, LossScalerRecord, SamError};
+use crate::scaler::{LossScaler, LossScalerRecord};
 
 /// The loss scaler, and the f32 master weights of the parameters narrower than f32 by id: on
 /// the device (`Tensor<B::InnerBackend, 1>`, flattened), or as loaded from a record
@@ -75,38 +76,23 @@ impl MixedPrecision {
         &self.handle
     }
 
-    /// The unscaled norm of `grads` (weighted by `|w| + eta` under ASAM): refused when loss
-    /// scaling is on and no loss was scaled since the last check.
-    pub fn grad_norm<M, B>(
-        &self,
-        module: &M,
-        grads: &GradientsParams,
-        eta: Option<f64>,
-    ) -> Result<f64, SamError>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-    {
-        self.picked_grad_norm(module, grads, eta, None)
+    /// Refused when loss scaling is on and no loss was scaled (or vouched for by a strategy's
+    /// hand-over) since the last check: the gradients would be off by the scale.
+    pub fn check_scaled(&self) -> Result<(), SamError> {
+        match self.scaler.is_some() && !self.handle.take_loss_scaled() {
+            true => Err(SamError::UnscaledLoss),
+            false => Ok(()),
+        }
     }
 
-    /// [`MixedPrecision::grad_norm`] over the `picked` parameters, with the others still
-    /// checked for being finite.
-    pub fn picked_grad_norm<M, B>(
-        &self,
-        module: &M,
-        grads: &GradientsParams,
-        eta: Option<f64>,
-        picked: Option<&HashSet<ParamId>>,
-    ) -> Result<f64, SamError>
+    /// The unscaled global norm of `grads`, once [`MixedPrecision::check_scaled`] passes.
+    pub fn grad_norm<M, B>(&self, module: &M, grads: &GradientsParams) -> Result<f64, SamError>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
-        if self.scaler.is_some() && !self.handle.take_loss_scaled() {
-            return Err(SamError::UnscaledLoss);
-        }
-        unscaled_norm(module, grads, eta, self.loss_scale(), picked)
+        self.check_scaled()?;
+        unscaled_norm(module, grads, None, self.loss_scale(), None)
     }
 
     /// The one scale update of an optimizer step.
@@ -173,7 +159,7 @@ impl MixedPrecision {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
-        let grad_norm = or_hand_back!(self.grad_norm(&module, &grads, None), module);
+        let grad_norm = or_hand_back!(self.grad_norm(&module, &grads), module);
         let (module, applied) = self.step_if_finite(base, lr, module, grads, grad_norm);
         let report = ScaledStepReport {
             applied,
@@ -218,8 +204,8 @@ impl MixedPrecision {
     }
 }
 
-/// What one guarded step ([`LossScaled::try_step`](crate::LossScaled::try_step), [`guarded_step`](crate::guarded_step))
-/// did.
+/// What one guarded step ([`LossScaled::try_step`](crate::LossScaled::try_step),
+/// [`guarded_step`](crate::strategy::guarded_step)) did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScaledStepReport {
     /// Whether the update was applied (false: the gradients overflowed).
@@ -249,7 +235,7 @@ pub struct ScaledStepReport {
 /// let mut sgd = SgdConfig::new().init();
 /// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
 /// let grads = GradientsParams::from_grads(loss.backward(), &model);
-/// let (model, report) = burn_sam::guarded_step(&mut sgd, 0.1, model, grads).unwrap();
+/// let (model, report) = burn_sam::strategy::guarded_step(&mut sgd, 0.1, model, grads).unwrap();
 /// assert!(report.applied);
 /// ```
 pub fn guarded_step<M, B, O>(

@@ -5,14 +5,18 @@ use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
-use crate::error::or_hand_back;
+use crate::config::SamConfig;
+use crate::error::{SamError, StepError};
+use crate::family::{FamilyRules, VariantRecord};
 use crate::filter::perturbed_params;
+use crate::handle::LossScaleHandle;
 use crate::merge::merge_devices;
+use crate::or_hand_back;
 use crate::param_map::ParamMap;
-use crate::perturb::{ascend_by, snapshot_covers, sync_running_states, Restore};
+use crate::perturb::{move_along, snapshot_covers, sync_running_states, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
-use crate::rules::{Rules, VariantRecord};
-use crate::{LossScaleHandle, LossScaler, SamConfig, SamError, SamVariant, StepError};
+use crate::strategy::{check_handed_scale, Handover, Passes};
+use crate::variant::SamVariant;
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
 /// ([`SamVariant`](crate::SamVariant)).
@@ -35,8 +39,8 @@ use crate::{LossScaleHandle, LossScaler, SamConfig, SamError, SamVariant, StepEr
 /// or data-parallel over several with `SamTraining::data_parallel`), never under Burn's own
 /// strategies (`ExecutionStrategy::SingleDevice` or `MultiDevice`): they call `step` once per
 /// batch, so `Sam` would ascend on one batch and descend with the next one's gradient,
-/// silently training something that is not SAM. The first `step` outside a strategy that
-/// announces its steps prints a one-time warning saying so.
+/// silently training something that is not SAM. The first `step` that no strategy handed
+/// over ([`strategy`](crate::strategy)) prints a one-time warning saying so.
 ///
 /// With loss scaling on, every phase needs the gradients of a loss scaled by this optimizer
 /// ([`Sam::scale_loss`], or the [`LossScaleHandle`]'s): a phase whose loss nobody scaled is
@@ -67,7 +71,7 @@ pub struct Sam<O> {
     pending: Option<Pending>,
     stats: SamStats,
     precision: MixedPrecision,
-    rules: Rules,
+    family: FamilyRules,
 }
 
 /// What the ascent leaves for the descent.
@@ -75,7 +79,7 @@ pub struct Sam<O> {
 struct Pending {
     snapshot: ParamMap,
     /// The ascent gradient, for variants whose descent combines it (GSAM, LookSAM).
-    kept: ParamMap,
+    ascent_grads: ParamMap,
     /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
     variant_state: ParamMap,
     grad_norm: f64,
@@ -165,25 +169,22 @@ pub struct SamStep<M, B: AutodiffBackend> {
 
 impl<O> Sam<O> {
     pub(crate) fn new(config: SamConfig, base: O, precision: MixedPrecision) -> Self {
-        Self {
-            rules: Rules::new(config.variant.clone(), config.eps),
+        let sam = Self {
+            family: FamilyRules::new(config.variant.clone(), config.eps),
             config,
             base,
             pending: None,
             stats: SamStats::default(),
             precision,
-        }
+        };
+        sam.publish_passes();
+        sam
     }
 
     /// Whether this step takes SAM's two passes (ascend, then descend): false on LookSAM's
     /// steps between its full ones, which take one pass, straight to [`Sam::descend`].
     pub fn needs_ascent(&self) -> bool {
-        self.pending.is_none() && self.rules.needs_ascent()
-    }
-
-    /// The loss scaler, when loss scaling is on.
-    pub fn loss_scaler(&self) -> Option<&LossScaler> {
-        self.precision.scaler()
+        self.pending.is_none() && self.family.needs_ascent()
     }
 
     /// The current loss scale, 1 without loss scaling.
@@ -218,15 +219,13 @@ impl<O> Sam<O> {
         self.stats
     }
 
-    /// Whether an ascent waits for its descent.
-    pub fn is_perturbed(&self) -> bool {
-        self.pending.is_some()
-    }
-
-    /// Tells strategies that hold only the handle how many passes the next step takes.
+    /// Tells strategies how many passes the next step takes.
     fn publish_passes(&self) {
-        let single_pass = !self.rules.needs_ascent();
-        self.precision.handle().publish_single_pass(single_pass);
+        let passes = match self.family.needs_ascent() {
+            true => Passes::Two,
+            false => Passes::One,
+        };
+        self.precision.handle().publish_passes(passes);
     }
 
     /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
@@ -259,45 +258,36 @@ impl<O> Sam<O> {
         if self.pending.is_some() {
             return Err(StepError::new(module, SamError::AscentPending));
         }
-        if !self.rules.needs_ascent() {
+        if !self.family.needs_ascent() {
             return Err(StepError::new(module, SamError::SinglePassStep));
         }
+        or_hand_back!(self.precision.check_scaled(), module);
         let picked = or_hand_back!(
             perturbed_params(&module, self.config.perturb_only.as_deref()),
             module
         );
         let loss_scale = self.loss_scale();
         let ascent = or_hand_back!(
-            self.rules
+            self.family
                 .ascent(&module, grads, loss_scale, picked.as_ref()),
             module
         );
-        let grad_norm = or_hand_back!(
-            self.precision.picked_grad_norm(
-                &module,
-                &ascent.direction,
-                self.config.asam_eta(),
-                picked.as_ref()
-            ),
-            module
-        );
+        let (module, snapshot, grad_norm) = move_along(
+            &self.config,
+            lr,
+            module,
+            ascent.direction,
+            loss_scale,
+            picked,
+        )?;
         let perturbed = grad_norm.is_finite();
         if !perturbed {
             log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
             or_hand_back!(self.precision.update(true), module);
         }
-        let (module, snapshot) = ascend_by(
-            &self.config,
-            lr,
-            module,
-            ascent.direction,
-            grad_norm,
-            loss_scale,
-            picked,
-        );
         self.pending = Some(Pending {
             snapshot,
-            kept: ascent.kept,
+            ascent_grads: ascent.ascent_grads,
             variant_state: ascent.state,
             grad_norm,
             perturbed,
@@ -338,25 +328,19 @@ impl<O> Sam<O> {
             true => Descent::AfterAscent,
             false => Descent::SinglePass,
         };
-        if descent == Descent::AfterAscent || self.rules.needs_ascent() {
+        if descent == Descent::AfterAscent || self.family.needs_ascent() {
             or_hand_back!(self.check_pending(&module), module);
         }
         self.step_descent(lr, module, grads, descent)
     }
 
-    /// The step of data-parallel SAM with local ascents (m-sharpness across replicas): each
-    /// replica moved its own copy of `module` with its own gradient ([`perturb`](crate::perturb)),
-    /// and `grads` is the combination of the replicas' gradients at their perturbed weights.
-    /// Steps `module`, which stayed at `w`, like [`Sam::descend`], with the same loss scaling,
-    /// master weights and skip on a non-finite gradient; the report's `ascent_grad_norm` is
-    /// NaN (each replica had its own). `burn_sam_accum::train::SamTraining` with local ascents
-    /// calls this; nothing else needs to.
-    ///
-    /// # Errors
-    /// With `module` handed back unchanged: an ascent is pending ([`SamError::AscentPending`]),
-    /// or the variant is not SAM ([`SamError::LocalAscentVariant`]: the variants' rules join
-    /// one ascent to one descent). As [`Sam::descend`] for the gradients.
-    pub fn descend_local<M, B>(
+    /// The step of data-parallel SAM with local ascents ([`Handover::LocalDescent`]): each
+    /// replica moved its own copy of `module` with its own gradient, and `grads` is the
+    /// combination of the replicas' gradients at their perturbed weights. Steps `module`, which
+    /// stayed at `w`, like [`Sam::descend`]; the report's `ascent_grad_norm` is NaN (each
+    /// replica had its own). Refused while an ascent is pending, and for variants other than
+    /// SAM, whose rules join one ascent to one descent.
+    fn descend_local<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
@@ -394,7 +378,7 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
-        let descent = self.precision.grad_norm(&module, &grads, None);
+        let descent = self.precision.grad_norm(&module, &grads);
         let (module, mut pending) = match kind {
             Descent::AfterAscent => self.put_back(module),
             Descent::SinglePass | Descent::Local => (module, Pending::single_pass()),
@@ -402,17 +386,20 @@ impl<O> Sam<O> {
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent_grad_norm = or_hand_back!(descent, module);
         let grads = match descent_grad_norm.is_finite() && pending.perturbed {
-            true => {
-                self.rules
-                    .descent(&module, grads, &pending.kept, loss_scale, descent_grad_norm)
-            }
+            true => self.family.descent(
+                &module,
+                grads,
+                &pending.ascent_grads,
+                loss_scale,
+                descent_grad_norm,
+            ),
             false => grads,
         };
         let (module, applied) =
             self.precision
                 .step_if_finite(&mut self.base, lr, module, grads, descent_grad_norm);
         if applied && pending.perturbed {
-            self.rules
+            self.family
                 .commit_ascent(core::mem::take(&mut pending.variant_state));
         }
         let outcome = match (applied, kind, pending.perturbed) {
@@ -428,11 +415,8 @@ impl<O> Sam<O> {
         Ok((module, report))
     }
 
-    /// Ends the pending step without updating: puts the weights kept by [`Sam::ascend`] back,
-    /// leaves the base optimizer untouched, backs the loss scale off (unless the overflowed
-    /// ascent already did) and counts the step as `UpdateSkipped`. For a fault found between
-    /// the passes, such as an overflow in one micro-batch of an accumulated window.
-    pub fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
+    /// [`Phases::skip`](crate::strategy::Phases::skip).
+    pub(crate) fn skip_pending<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
@@ -447,10 +431,8 @@ impl<O> Sam<O> {
         Ok((module, report))
     }
 
-    /// Ends the pending ascent without a step: puts the weights kept by [`Sam::ascend`] back
-    /// and changes nothing else (no counter, no loss-scale update). m-sharpness uses it to
-    /// perturb each micro-batch on its own and step once for all of them.
-    pub fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
+    /// [`Phases::restore`](crate::strategy::Phases::restore).
+    pub(crate) fn restore_pending<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
@@ -460,7 +442,7 @@ impl<O> Sam<O> {
     }
 
     /// The ascent waiting for its descent, if any.
-    pub fn pending_ascent(&self) -> Option<PendingAscent> {
+    pub(crate) fn ascent_pending(&self) -> Option<PendingAscent> {
         self.pending.as_ref().map(|pending| PendingAscent {
             grad_norm: pending.grad_norm,
             perturbed: pending.perturbed,
@@ -508,7 +490,7 @@ impl<O> Sam<O> {
         self.stats.steps += 1;
         self.stats.ascents_skipped += u64::from(!pending.perturbed);
         self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
-        self.rules.advance(matches!(
+        self.family.advance(matches!(
             outcome,
             StepOutcome::Applied | StepOutcome::SinglePass
         ));
@@ -549,7 +531,7 @@ impl<O> Sam<O> {
         // once it is back-propagated: the base optimizer can then update them in place.
         let first_value = first.clone().detach();
         let grads = GradientsParams::from_grads(self.scale_loss(first).backward(), &module);
-        if !self.rules.needs_ascent() {
+        if !self.family.needs_ascent() {
             let (module, report) = self.descend(lr, module, grads)?;
             return Ok(SamStep {
                 module,
@@ -569,6 +551,50 @@ impl<O> Sam<O> {
     }
 }
 
+impl<O> Sam<O> {
+    /// The ascent, or the descent when one is pending or the step takes one pass.
+    fn next_phase<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        match self.needs_ascent() {
+            true => self.ascend(lr, module, grads),
+            false => self.descend(lr, module, grads).map(|(module, _)| module),
+        }
+    }
+
+    /// A strategy's phase: the scale it says its losses carry vouches for the gradients.
+    fn take_handover<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        handover: Handover,
+    ) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let expected = self.precision.scaler().map(|_| self.loss_scale());
+        or_hand_back!(check_handed_scale(handover.loss_scale(), expected), module);
+        self.precision.handle().vouch_scaled();
+        match handover {
+            Handover::Gradient { .. } => self.next_phase(lr, module, grads),
+            Handover::LocalDescent { .. } => self
+                .descend_local(lr, module, grads)
+                .map(|(module, _)| module),
+        }
+    }
+}
+
 /// Which descent a step ends with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Descent {
@@ -576,7 +602,7 @@ enum Descent {
     AfterAscent,
     /// LookSAM's one-pass step.
     SinglePass,
-    /// After the replicas' own ascents ([`Sam::descend_local`]).
+    /// After the replicas' own ascents ([`Handover::LocalDescent`]).
     Local,
 }
 
@@ -585,7 +611,7 @@ impl Pending {
     fn single_pass() -> Self {
         Self {
             snapshot: ParamMap::default(),
-            kept: ParamMap::default(),
+            ascent_grads: ParamMap::default(),
             variant_state: ParamMap::default(),
             grad_norm: f64::NAN,
             perturbed: true,
@@ -606,10 +632,10 @@ impl<O> core::fmt::Debug for Sam<O> {
 }
 
 /// `step` alternates between [`Sam::ascend`] and [`Sam::descend`], so a loop that runs
-/// forward, backward and `step` twice per batch gets SAM.
+/// forward, backward and `step` twice per batch gets SAM; a training strategy says what each
+/// call gets ([`Handover`], the [`strategy`](crate::strategy) protocol).
 ///
-/// The first call outside a training strategy that announces its steps
-/// ([`LossScaleHandle::announce_strategy_step`]) prints a one-time warning: Burn's default
+/// The first call that no strategy handed over prints a one-time warning: Burn's default
 /// `Learner` strategy calls `step` once per batch, which is not SAM.
 ///
 /// # Panics
@@ -626,16 +652,12 @@ where
     type Record = (O::Record, SamRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        if !self.precision.handle().take_strategy_step() {
-            warn_outside_strategy();
-        }
-        let stepped = if self.precision.handle().take_local_descent() {
-            self.descend_local(lr, module, grads)
-                .map(|(module, _)| module)
-        } else if self.needs_ascent() {
-            self.ascend(lr, module, grads)
-        } else {
-            self.descend(lr, module, grads).map(|(module, _)| module)
+        let stepped = match self.precision.handle().take_handover() {
+            None => {
+                warn_outside_strategy();
+                self.next_phase(lr, module, grads)
+            }
+            Some(handover) => self.take_handover(lr, module, grads, handover),
         };
         stepped.unwrap_or_else(|error| panic!("{error}"))
     }
@@ -651,7 +673,7 @@ where
         let own = SamRecord {
             stats: self.stats,
             mixed_precision: self.precision.to_record::<B>(),
-            variant: self.rules.to_record::<B>(),
+            variant: self.family.to_record::<B>(),
         };
         (self.base.to_record(), own)
     }
@@ -660,7 +682,7 @@ where
         self.base = self.base.load_record(base);
         self.stats = own.stats;
         self.precision.load_record(own.mixed_precision);
-        self.rules.load_record(own.variant);
+        self.family.load_record(own.variant);
         self.publish_passes();
         self.pending = None;
         self

@@ -3,10 +3,8 @@
 
 use burn::config::Config;
 use burn::record::Record;
-use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
 
-use crate::{widen, ConfigError, LossScaleError};
+use crate::error::{ConfigError, LossScaleError};
 
 /// Configuration of a dynamic [`LossScaler`]. The defaults are PyTorch `GradScaler`'s.
 ///
@@ -169,12 +167,6 @@ impl LossScaler {
     /// Overflowed steps since creation (or since the loaded record's).
     pub fn overflows(&self) -> u64 {
         self.state.overflows
-    }
-
-    /// `loss * scale`, computed in f32 (f64 stays f64) whatever the loss's dtype (2^16 is
-    /// infinite in f16).
-    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        widen(loss).mul_scalar(self.state.scale)
     }
 
     /// Records one optimizer step: `overflow` when any gradient was not finite.

@@ -2,7 +2,7 @@
 
 use burn::config::Config;
 
-use crate::ConfigError;
+use crate::error::ConfigError;
 
 /// Which member of the SAM family a [`Sam`](crate::Sam) optimizer runs. Each changes SAM in
 /// one place: the direction of the ascent (Friendly-SAM), the gradient the base optimizer

@@ -9,10 +9,11 @@
 //!   its gradient by its share of the window (items, or equal), summed in f32: the gradient of
 //!   the union, where Burn's `grads_accumulation` sums; the last, partial window of an epoch
 //!   steps with what it holds, where Burn's drops it;
-//! - does that once per pass of the optimizer: twice for [`Sam`](burn_sam::Sam) (ascent at `w`, descent at
-//!   `w + e`; once on LookSAM's steps between its full ones, as the optimizer's
-//!   [`LossScaleHandle::single_pass_step`](burn_sam::LossScaleHandle::single_pass_step) says),
-//!   once for other optimizers ([`WindowOptimizer::PASSES`]).
+//! - does that once per pass the optimizer's next step takes, as its
+//!   [`StepLink`](burn_sam::strategy::StepLink) says: twice for [`Sam`](burn_sam::Sam) (ascent
+//!   at `w`, descent at `w + e`), once on LookSAM's steps between its full ones and for other
+//!   optimizers; and hands each pass's gradient to `Optimizer::step` (the
+//!   [protocol](burn_sam::strategy)).
 //!
 //! Data-parallel ([`SamTraining::data_parallel`]): N replicas of the model on N devices of one
 //! backend, the optimizer on the first (main) device. The data loader is split into N
@@ -25,7 +26,8 @@
 //!
 //! Loss scaling (f16 models): wrap the optimizer with loss scaling ([`SamConfig::loss_scaling`]
 //! or [`LossScaled`](burn_sam::LossScaled)) and call [`scale_loss`] on the loss the
-//! `TrainStep` back-propagates (on every replica's thread: the strategy sets the scale there).
+//! `TrainStep` back-propagates (on every replica's thread: the strategy sets the pass's scale
+//! there, and hands the same scale to the optimizer with the gradients).
 //! One scale serves all replicas; a non-finite gradient on any of them skips the step for all,
 //! with one scale update. The loss scale and the steps skipped on overflow, and over several
 //! devices the bytes moved per step, are logged once per epoch (Burn's `Learner` writes the
@@ -48,7 +50,7 @@ use burn::config::Config;
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::Progress;
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, DeviceOps};
 use burn::tensor::{Device, Tensor};
 use burn::train::{
@@ -57,13 +59,16 @@ use burn::train::{
     TrainLoader, TrainStep, TrainingComponents, TrainingItem, TrainingModel, TrainingStrategy,
     ValidLoader,
 };
-use burn_sam::{ConfigError, LossScaleHandle, SamConfig, SamError, SamVariant};
+use burn_sam::strategy::{Handover, Passes, StepLink};
+use burn_sam::{ConfigError, SamConfig, SamError, SamVariant};
 
 pub use pass_scale::scale_loss;
 pub use replicas::Traffic;
 
+use crate::config::AccumulationConfig;
+use crate::error::AccumError;
+use crate::optimizer::WindowOptimizer;
 use crate::window::item_weights;
-use crate::{AccumError, AccumulationConfig, WindowOptimizer};
 use replicas::{LocalAscent, Replicas};
 
 type Input<LC> = <TrainingModel<LC> as TrainStep>::Input;
@@ -98,9 +103,9 @@ type ItemCount<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 pub struct SamTraining<LC: LearningComponentsTypes> {
     replicas: Replicas<LC::Backend>,
     ascent: Ascent,
-    /// The configuration local ascents perturb with (a SAM optimizer's, under `Ascent::Local`).
-    local: Option<SamConfig>,
-    loss_scale: LossScaleHandle,
+    /// The optimizer's SAM configuration, which local ascents perturb with.
+    sam: Option<SamConfig>,
+    link: StepLink,
     window: Option<usize>,
     items: Option<ItemCount<Input<LC>>>,
 }
@@ -141,8 +146,8 @@ where
         Self {
             replicas: Replicas::new(vec![device]),
             ascent: Ascent::Synced,
-            local: None,
-            loss_scale: optim.loss_scale_handle(),
+            sam: optim.sam_config().cloned(),
+            link: StepLink::new(optim.loss_scale_handle()),
             window: None,
             items: None,
         }
@@ -187,19 +192,19 @@ where
             "at least 1 device",
             !devices.is_empty(),
         )?;
-        let local = match (ascent, optim.sam_config()) {
-            (Ascent::Local, Some(config)) if config.variant != SamVariant::Sam => {
+        if let (Ascent::Local, Some(config)) = (ascent, optim.sam_config()) {
+            if config.variant != SamVariant::Sam {
                 let variant = config.variant.name();
                 return Err(SamError::LocalAscentVariant { variant }.into());
             }
-            (Ascent::Local, config) => config.cloned(),
-            (Ascent::Synced, _) => None,
-        };
+        }
         Ok(Self {
             replicas: Replicas::new(devices),
             ascent,
-            local,
-            ..Self::new(Default::default(), optim)
+            sam: optim.sam_config().cloned(),
+            link: StepLink::new(optim.loss_scale_handle()),
+            window: None,
+            items: None,
         })
     }
 
@@ -273,20 +278,31 @@ where
             .collect()
     }
 
-    /// One pass's gradient at the learner's model, in the form the optimizer steps with.
+    /// What local ascents perturb with at learning rate `lr`: SAM's configuration, when the
+    /// optimizer is SAM and the ascents are local.
+    fn local_ascent(&self, lr: LearningRate) -> LocalAscent<'_> {
+        match self.ascent {
+            Ascent::Local => self.sam.as_ref().map(|config| (config, lr)),
+            Ascent::Synced => None,
+        }
+    }
+
+    /// One pass's gradient at the learner's model, losses scaled by `loss_scale`, in the form
+    /// the optimizer steps with, and the `TrainStep` outputs.
     fn gradient(
         &self,
         learner: &Learner<LC>,
         shards: Vec<Vec<Input<LC>>>,
         weights: &[Vec<f64>],
+        loss_scale: Option<f32>,
         local: LocalAscent<'_>,
     ) -> (GradientsParams, Vec<Vec<Output<LC>>>) {
         let model = learner.model();
         let combined = self
             .replicas
-            .gradient(&model, shards, weights, &self.loss_scale, local);
+            .gradient(&model, shards, weights, loss_scale, local);
         let wide = <LC::Optimizer as WindowOptimizer<_, _>>::WIDE_GRADIENTS;
-        let grads = match combined.raw || wide {
+        let grads = match combined.as_came || wide {
             true => combined.grads,
             false => cast_to_params(&model, combined.grads),
         };
@@ -302,8 +318,7 @@ where
         processor: &mut SupervisedTrainingEventProcessor<LC>,
         interrupter: &Interrupter,
     ) {
-        let most_passes = <LC::Optimizer as WindowOptimizer<_, _>>::PASSES;
-        let overflows = self.loss_scale.overflows();
+        let overflows = self.link.loss_scale().overflows();
         let traffic = self.replicas.traffic();
         let (bytes, steps) = (traffic.bytes(), traffic.steps());
         let mut iterators: Vec<_> = loaders.iter().map(|loader| loader.iter()).collect();
@@ -337,27 +352,33 @@ where
                     processor.process_train(LearnerEvent::ProcessedItem(item));
                 }
             };
-            let passes = match self.loss_scale.single_pass_step() {
-                true => 1,
-                false => most_passes,
-            };
-            if let (Some(config), 2) = (&self.local, passes) {
-                let (grads, outputs) = self.gradient(learner, shards, &weights, Some((config, lr)));
-                report(outputs);
-                self.loss_scale.announce_local_descent();
-                learner.optimizer_step(grads);
-            } else {
-                for pass in 1..=passes {
-                    let shards = match pass < passes {
-                        true => shards.clone(),
-                        false => std::mem::take(&mut shards),
-                    };
-                    let (grads, outputs) = self.gradient(learner, shards, &weights, None);
-                    if pass == 1 {
-                        report(outputs);
-                    }
-                    self.loss_scale.announce_strategy_step();
+            let next = self.link.next_step();
+            match (next.passes, self.local_ascent(lr)) {
+                (Passes::Two, Some(local)) => {
+                    let loss_scale = next.loss_scale;
+                    let (grads, outputs) =
+                        self.gradient(learner, shards, &weights, loss_scale, Some(local));
+                    report(outputs);
+                    self.link.hand_over(Handover::LocalDescent { loss_scale });
                     learner.optimizer_step(grads);
+                }
+                (passes, _) => {
+                    let passes = passes.count();
+                    for pass in 1..=passes {
+                        let shards = match pass < passes {
+                            true => shards.clone(),
+                            false => std::mem::take(&mut shards),
+                        };
+                        // An overflowing ascent backs the scale off before the descent's pass.
+                        let loss_scale = self.link.next_step().loss_scale;
+                        let (grads, outputs) =
+                            self.gradient(learner, shards, &weights, loss_scale, None);
+                        if pass == 1 {
+                            report(outputs);
+                        }
+                        self.link.hand_over(Handover::Gradient { loss_scale });
+                        learner.optimizer_step(grads);
+                    }
                 }
             }
             self.replicas.traffic().step();
@@ -368,11 +389,12 @@ where
         }
         // One line per epoch with what a user of loss scaling or of several devices watches.
         let mut facts = Vec::new();
-        if self.loss_scale.is_scaling() {
+        let loss_scale = self.link.loss_scale();
+        if loss_scale.is_scaling() {
             facts.push(format!(
                 "loss scale {}, {} steps overflowed (skipped in whole, or SAM's ascent skipped)",
-                self.loss_scale.get(),
-                self.loss_scale.overflows() - overflows
+                loss_scale.get(),
+                loss_scale.overflows() - overflows
             ));
         }
         if self.replicas.devices().len() > 1 {

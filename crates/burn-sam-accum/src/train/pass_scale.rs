@@ -1,15 +1,16 @@
-//! How a `TrainStep` scales its loss: through the thread-local scale of the pass a strategy
-//! runs on that thread (each replica's worker thread sets its own).
+//! How a `TrainStep` scales its loss: Burn calls it with the batch alone, so the scale of the
+//! pass a strategy runs reaches it through this thread (each replica's worker thread sets its
+//! own). The strategy hands the same scale over to the optimizer with the gradients.
 
 use std::cell::RefCell;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use burn_sam::LossScaleHandle;
+use burn_sam::strategy::widen;
 
 /// The loss scale of the pass running on this thread, and whether the `TrainStep` used it.
 struct PassScale {
-    handle: LossScaleHandle,
+    scale: f32,
     used: bool,
 }
 
@@ -33,32 +34,33 @@ thread_local! {
 /// assert_eq!(scale_loss(loss).into_scalar(), 0.5);
 /// ```
 pub fn scale_loss<B: Backend, const D: usize>(loss: Tensor<B, D>) -> Tensor<B, D> {
-    PASS_SCALE.with_borrow_mut(|pass| match pass {
-        Some(pass) => {
-            pass.used = true;
-            pass.handle.scale_loss(loss)
-        }
+    let scale = PASS_SCALE.with_borrow_mut(|pass| {
+        let pass = pass.as_mut()?;
+        pass.used = true;
+        Some(pass.scale)
+    });
+    match scale {
+        Some(scale) => widen(loss).mul_scalar(scale),
         None => loss,
-    })
+    }
 }
 
-/// Runs `step` on this thread with `handle` scaling the pass's loss.
+/// Runs `step` on this thread with its loss scaled by `loss_scale` (`None`: unscaled).
 ///
 /// # Panics
-/// When loss scaling is on and `step` did not call [`scale_loss`]: its gradients would be
+/// When `loss_scale` is set and `step` did not call [`scale_loss`]: its gradients would be
 /// taken as scaled and vanish.
-pub(super) fn with_pass_scale<T>(handle: &LossScaleHandle, step: impl FnOnce() -> T) -> T {
-    PASS_SCALE.set(Some(PassScale {
-        handle: handle.clone(),
-        used: false,
-    }));
+pub(super) fn with_pass_scale<T>(loss_scale: Option<f32>, step: impl FnOnce() -> T) -> T {
+    let Some(scale) = loss_scale else {
+        return step();
+    };
+    PASS_SCALE.set(Some(PassScale { scale, used: false }));
     let output = step();
     let used = PASS_SCALE.take().is_some_and(|pass| pass.used);
     assert!(
-        used || !handle.is_scaling(),
-        "loss scaling is on (scale {}) but the TrainStep did not call \
-         burn_sam_accum::train::scale_loss on the loss it back-propagates",
-        handle.get()
+        used,
+        "loss scaling is on (scale {scale}) but the TrainStep did not call \
+         burn_sam_accum::train::scale_loss on the loss it back-propagates"
     );
     output
 }

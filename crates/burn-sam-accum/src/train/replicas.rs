@@ -12,11 +12,14 @@ use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Device, Tensor};
 use burn::train::{TrainOutput, TrainStep};
-use burn_sam::{perturb, LossScaleHandle, SamConfig};
+use burn_sam::strategy::perturb;
+use burn_sam::SamConfig;
 
 use super::pass_scale::with_pass_scale;
-use super::transfer::{fork_to, grads_to, through_host};
-use crate::grad_sum::GradSum;
+use burn_sam::strategy::transfers_through_host;
+
+use super::transfer::{fork_to, grads_to};
+use crate::grad_sum::{Summed, WeightedSum};
 
 /// Bytes sent between the replicas' devices (the model or the perturbed model out to each
 /// replica but the main one, their gradients back), counted as they are sent, and the
@@ -78,7 +81,7 @@ pub(super) struct Combined<T> {
     pub grads: GradientsParams,
     /// Whether `grads` is one `TrainStep`'s gradient as it came (one replica, one batch):
     /// then in the parameters' float type, otherwise in f32.
-    pub raw: bool,
+    pub as_came: bool,
     /// The `TrainStep` outputs of the first pass, replica by replica.
     pub outputs: Vec<Vec<T>>,
 }
@@ -107,7 +110,8 @@ impl<B: AutodiffBackend> Replicas<B> {
     }
 
     /// The window's gradient at `model`, replica `r` taking the gradient of
-    /// `sum_i weights[r][i] L(shards[r][i])` on its device, in its thread. With `local`, each
+    /// `sum_i weights[r][i] L(shards[r][i])` on its device, in its thread, with every loss
+    /// scaled by `loss_scale`. With `local`, each
     /// replica first moves its copy by its own gradient ([`perturb`]) and gives the gradient
     /// at its moved copy; one whose gradient was not finite gives that gradient instead, so
     /// that the combined one is not finite and the step is skipped everywhere.
@@ -116,7 +120,7 @@ impl<B: AutodiffBackend> Replicas<B> {
         model: &M,
         shards: Vec<Vec<M::Input>>,
         weights: &[Vec<f64>],
-        handle: &LossScaleHandle,
+        loss_scale: Option<f32>,
         local: LocalAscent<'_>,
     ) -> Combined<M::Output>
     where
@@ -124,11 +128,7 @@ impl<B: AutodiffBackend> Replicas<B> {
         M::Input: Clone,
     {
         // The models go out and the gradients come back on this thread, the passes run in the
-        // replicas' threads: on Burn 0.21's fusion backends (Vulkan) a replica that read the
-        // perturbed model from its own thread computed at stale weights. On wgpu, whose
-        // transfers go through the host anyway, the passes run here one after another: with
-        // worker threads, trainings running side by side in one process (the test suite)
-        // drifted from the exact result about once in seven runs on lavapipe.
+        // replicas' threads (or here, where `transfers_through_host` says why).
         let jobs: Vec<_> = shards
             .into_iter()
             .enumerate()
@@ -138,10 +138,10 @@ impl<B: AutodiffBackend> Replicas<B> {
         // And the weights they start from exist before any worker reads them.
         B::sync(self.main()).unwrap_or_else(|error| panic!("{error:?}"));
         let pass = |(index, replica, inputs): (usize, M, Vec<M::Input>)| {
-            let pass = replica_pass(replica, inputs, &weights[index], handle, local);
+            let pass = replica_pass(replica, inputs, &weights[index], loss_scale, local);
             (index, pass)
         };
-        let threads = jobs.len() > 1 && !through_host::<B>(self.main());
+        let threads = jobs.len() > 1 && !transfers_through_host::<B>(self.main());
         let passes: Vec<_> = match threads {
             false => jobs.into_iter().map(pass).collect(),
             true => std::thread::scope(|scope| {
@@ -158,13 +158,22 @@ impl<B: AutodiffBackend> Replicas<B> {
                     .collect()
             }),
         };
-        let results = passes
-            .into_iter()
-            .map(|(index, (grads, replica, outputs))| {
-                (self.receive_grads(index, grads, &replica), outputs)
-            })
-            .collect();
-        combine(model, results, weights)
+        // Summed in replica order: the result does not depend on which thread finished first.
+        let mut sum = WeightedSum::default();
+        let mut outputs = Vec::with_capacity(passes.len());
+        for (index, (summed, replica, replica_outputs)) in passes {
+            let grads = self.receive_grads(index, summed.grads, &replica);
+            let summed = Summed { grads, ..summed };
+            sum.add_summed(model, summed)
+                .unwrap_or_else(|error| panic!("{error}"));
+            outputs.push(replica_outputs);
+        }
+        let Summed { grads, as_came } = sum.finish();
+        Combined {
+            grads,
+            as_came,
+            outputs,
+        }
     }
 
     /// The model on replica `index`'s device, counted as sent unless that is the main one.
@@ -196,46 +205,15 @@ fn join<T>(result: std::thread::Result<T>) -> T {
     result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Sums the replicas' gradients in replica order; one replica with one batch of weight 1 (the
-/// single-device step) keeps its gradient as it came.
-fn combine<B, M>(
-    model: &M,
-    results: Vec<(GradientsParams, Vec<M::Output>)>,
-    weights: &[Vec<f64>],
-) -> Combined<M::Output>
-where
-    B: AutodiffBackend,
-    M: TrainStep + AutodiffModule<B>,
-{
-    let raw = weights.len() == 1 && weights[0] == [1.0];
-    let mut sum = GradSum::default();
-    let mut single = None;
-    let mut outputs = Vec::with_capacity(results.len());
-    for (grads, replica_outputs) in results {
-        outputs.push(replica_outputs);
-        if raw {
-            single = Some(grads);
-        } else {
-            sum.add(model, grads, 1.0)
-                .unwrap_or_else(|error| panic!("{error}"));
-        }
-    }
-    Combined {
-        grads: single.unwrap_or_else(|| sum.into_grads()),
-        raw,
-        outputs,
-    }
-}
-
 /// One replica's pass on its device: its weighted gradient (at its moved copy under a local
 /// ascent), the copy it was taken at, and the `TrainStep` outputs of the first pass.
 fn replica_pass<B, M>(
     replica: M,
     inputs: Vec<M::Input>,
     weights: &[f64],
-    handle: &LossScaleHandle,
+    loss_scale: Option<f32>,
     local: LocalAscent<'_>,
-) -> (GradientsParams, M, Vec<M::Output>)
+) -> (Summed, M, Vec<M::Output>)
 where
     B: AutodiffBackend,
     M: TrainStep + AutodiffModule<B>,
@@ -243,48 +221,47 @@ where
 {
     let mut outputs = Vec::with_capacity(inputs.len());
     let Some((config, lr)) = local else {
-        let grads = weighted_gradient(&replica, inputs, weights, handle, Some(&mut outputs));
+        let grads = weighted_gradient(&replica, inputs, weights, loss_scale, Some(&mut outputs));
         return (grads, replica, outputs);
     };
     let first = inputs.clone();
-    let ascent = weighted_gradient(&replica, first, weights, handle, Some(&mut outputs));
-    let kept = shared_copy(&replica, &ascent);
-    let moved = perturb(config, lr, replica, ascent, handle.get())
+    let ascent = weighted_gradient(&replica, first, weights, loss_scale, Some(&mut outputs));
+    let ascent_copy = Summed {
+        grads: shared_copy(&replica, &ascent.grads),
+        ..ascent
+    };
+    let moved = perturb(config, lr, replica, ascent.grads, loss_scale.unwrap_or(1.0))
         .unwrap_or_else(|error| panic!("{}", error.error));
     if !moved.perturbed {
-        return (kept, moved.module, outputs);
+        return (ascent_copy, moved.module, outputs);
     }
-    drop(kept);
-    let grads = weighted_gradient(&moved.module, inputs, weights, handle, None);
+    drop(ascent_copy);
+    let grads = weighted_gradient(&moved.module, inputs, weights, loss_scale, None);
     (grads, moved.module, outputs)
 }
 
-/// `sum_i weights[i] grad L(inputs[i])` at `model`, summed in f32 (f64 for f64 gradients);
-/// one input of weight 1 gives its gradient as it came.
+/// `sum_i weights[i] grad L(inputs[i])` at `model` ([`WeightedSum`]).
 fn weighted_gradient<B, M>(
     model: &M,
     inputs: Vec<M::Input>,
     weights: &[f64],
-    handle: &LossScaleHandle,
+    loss_scale: Option<f32>,
     mut outputs: Option<&mut Vec<M::Output>>,
-) -> GradientsParams
+) -> Summed
 where
     B: AutodiffBackend,
     M: TrainStep + AutodiffModule<B>,
 {
-    let mut sum = GradSum::default();
+    let mut sum = WeightedSum::default();
     for (input, &weight) in inputs.into_iter().zip(weights) {
-        let TrainOutput { grads, item } = with_pass_scale(handle, || model.step(input));
+        let TrainOutput { grads, item } = with_pass_scale(loss_scale, || model.step(input));
         if let Some(outputs) = outputs.as_mut() {
             outputs.push(item);
-        }
-        if weights == [1.0] {
-            return grads;
         }
         sum.add(model, grads, weight)
             .unwrap_or_else(|error| panic!("{error}"));
     }
-    sum.into_grads()
+    sum.finish()
 }
 
 /// A second handle on every gradient of `grads` (no copy of the data).

@@ -1,24 +1,15 @@
-//! Models and gradients moved between the replicas' devices.
-//!
-//! Burn 0.21's CubeCL backends move a tensor to another device with the runtime's
-//! device-to-device send and receive, which cubecl-wgpu 0.10 leaves unimplemented (a
-//! `not implemented` panic in `ServerCommunication::comm_init`). On wgpu (Vulkan, Metal,
-//! WebGPU) the data goes through the host instead; every other backend moves it itself (CUDA
-//! peer to peer, the CPU backends by reference).
+//! Models and gradients moved between the replicas' devices: by the backend, or through the
+//! host where its devices cannot exchange tensors
+//! ([`transfers_through_host`](burn_sam::strategy::transfers_through_host)).
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, Tensor};
-
-/// Whether tensors change device through the host: the backend's own `to_device` does not
-/// work between its devices (wgpu).
-pub(super) fn through_host<B: Backend>(device: &Device<B>) -> bool {
-    B::name(device).contains("wgpu<")
-}
+use burn_sam::strategy::transfers_through_host;
 
 fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B>) -> Tensor<B, D> {
-    if tensor.device() == *device || !through_host::<B>(device) {
+    if tensor.device() == *device || !transfers_through_host::<B>(device) {
         return tensor.to_device(device);
     }
     Tensor::from_data(tensor.into_data(), device)
@@ -26,7 +17,7 @@ fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B
 
 /// The module on `device` with a fresh autodiff graph (`Module::fork`).
 pub(super) fn fork_to<B: AutodiffBackend, M: AutodiffModule<B>>(model: M, device: &Device<B>) -> M {
-    if !through_host::<B>(device) {
+    if !transfers_through_host::<B>(device) {
         return model.fork(device);
     }
     struct HostMove<'a, B: Backend>(&'a Device<B>);
@@ -54,7 +45,7 @@ pub(super) fn grads_to<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     device: &Device<B>,
 ) -> GradientsParams {
-    if !through_host::<B>(device) {
+    if !transfers_through_host::<B>(device) {
         return grads.to_device(device, model);
     }
     struct HostMove<'a, B: Backend> {

@@ -15,16 +15,18 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 
 use crate::diagnostics::read_back;
+use crate::error::SamError;
+use crate::float::widen;
 use crate::norm::squared_norm;
 use crate::param_map::ParamMap;
-use crate::{widen, SamError, SamVariant};
+use crate::variant::SamVariant;
 
-/// The variant and its state: LookSAM's position in its cycle, and by parameter (flattened,
-/// unscaled, in the gradients' widened float type) Friendly-SAM's momentum `m` or LookSAM's
-/// kept direction `g_v`; as `Vec<f64>` when loaded from a record, until a step puts it on the
+/// The member of the SAM family and its state: LookSAM's position in its cycle, and by
+/// parameter (flattened, unscaled, in the gradients' widened float type) Friendly-SAM's
+/// momentum `m` or LookSAM's direction `g_v`; as `Vec<f64>` when loaded from a record, until a step puts it on the
 /// device.
 #[derive(Clone)]
-pub(crate) struct Rules {
+pub(crate) struct FamilyRules {
     variant: SamVariant,
     eps: f64,
     cycle: u64,
@@ -36,7 +38,7 @@ pub(crate) struct Rules {
 pub struct VariantRecord {
     /// LookSAM: steps taken in its cycle (a full step at every multiple of `k`).
     pub cycle: u64,
-    /// Friendly-SAM's gradient momentum or LookSAM's kept direction, per parameter.
+    /// Friendly-SAM's gradient momentum or LookSAM's direction `g_v`, per parameter.
     pub tensors: Vec<ParamValuesRecord>,
 }
 
@@ -54,11 +56,11 @@ pub struct ParamValuesRecord {
 /// to be finite.
 pub(crate) struct AscentGradients {
     pub direction: GradientsParams,
-    pub kept: ParamMap,
+    pub ascent_grads: ParamMap,
     pub state: ParamMap,
 }
 
-impl Rules {
+impl FamilyRules {
     pub fn new(variant: SamVariant, eps: f64) -> Self {
         Self {
             variant,
@@ -100,7 +102,7 @@ impl Rules {
         if !keep && momentum.is_none() {
             return Ok(AscentGradients {
                 direction: grads,
-                kept: ParamMap::default(),
+                ascent_grads: ParamMap::default(),
                 state: ParamMap::default(),
             });
         }
@@ -114,7 +116,7 @@ impl Rules {
             loss_scale: f64::from(loss_scale),
             out: AscentGradients {
                 direction: GradientsParams::new(),
-                kept: ParamMap::default(),
+                ascent_grads: ParamMap::default(),
                 state: ParamMap::default(),
             },
             matched: 0,
@@ -136,12 +138,12 @@ impl Rules {
     }
 
     /// The gradient the base optimizer steps with, from the finite descent gradient `grads`
-    /// (unscaled norm `grad_norm`) and what the ascent kept (nothing on a one-pass step).
+    /// (unscaled norm `grad_norm`) and the ascent's gradient (none on a one-pass step).
     pub fn descent<B, M>(
         &mut self,
         module: &M,
         grads: GradientsParams,
-        kept: &ParamMap,
+        ascent_grads: &ParamMap,
         loss_scale: f32,
         grad_norm: f64,
     ) -> GradientsParams
@@ -151,23 +153,29 @@ impl Rules {
     {
         let rule = match self.variant {
             SamVariant::Gsam { alpha } => {
-                let Some((dot, kept_squares)) = gsam_sums::<B, M>(module, &grads, kept) else {
+                let Some((dot, ascent_squares)) = gsam_sums::<B, M>(module, &grads, ascent_grads)
+                else {
                     return grads;
                 };
                 // GSAM's `cos * ||g|| / (||g_p|| + eps)` with the authors' eps placement, from
                 // unscaled sums; it stays a device scalar: no read.
                 let scale = f64::from(loss_scale);
-                let kept_norm = kept_squares.sqrt().div_scalar(scale);
-                let cosine = dot
-                    .div_scalar(scale * scale)
-                    .div(kept_norm.clone().mul_scalar(grad_norm).add_scalar(self.eps));
-                let coefficient = (cosine * kept_norm).div_scalar(grad_norm + self.eps);
+                let ascent_norm = ascent_squares.sqrt().div_scalar(scale);
+                let cosine = dot.div_scalar(scale * scale).div(
+                    ascent_norm
+                        .clone()
+                        .mul_scalar(grad_norm)
+                        .add_scalar(self.eps),
+                );
+                let coefficient = (cosine * ascent_norm).div_scalar(grad_norm + self.eps);
                 DescentRule::Gsam { alpha, coefficient }
             }
-            SamVariant::LookSam { alpha, .. } if kept.is_empty() => DescentRule::LookSamReuse {
-                alpha,
-                state: &self.state,
-            },
+            SamVariant::LookSam { alpha, .. } if ascent_grads.is_empty() => {
+                DescentRule::LookSamReuse {
+                    alpha,
+                    state: &self.state,
+                }
+            }
             SamVariant::LookSam { .. } => DescentRule::LookSamKeep {
                 eps: self.eps,
                 inverse_scale: 1.0 / f64::from(loss_scale),
@@ -177,14 +185,14 @@ impl Rules {
         };
         let mut visitor = DescentVisitor::<B> {
             grads,
-            kept,
+            ascent_grads,
             rule,
             out: GradientsParams::new(),
         };
         module.visit(&mut visitor);
         let (out, rule) = (visitor.out, visitor.rule);
         if let DescentRule::LookSamKeep { state, .. } = rule {
-            // A full step replaces every kept direction: one without a gradient now has none.
+            // A full step replaces every direction: a parameter without a gradient now has none.
             self.state = state;
         }
         out
@@ -259,7 +267,7 @@ fn broadcast<B: Backend, const D: usize>(scalar: Tensor<B, 1>) -> Tensor<B, D> {
 
 struct AscentVisitor<'a> {
     grads: &'a GradientsParams,
-    rules: &'a Rules,
+    rules: &'a FamilyRules,
     picked: Option<&'a HashSet<ParamId>>,
     keep: bool,
     momentum: Option<(f64, f64)>,
@@ -278,7 +286,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for AscentVisitor<'_> {
         self.matched += 1;
         let grad = widen(grad);
         if self.keep {
-            self.out.kept.insert(id, grad.clone());
+            self.out.ascent_grads.insert(id, grad.clone());
         }
         let picked = self.picked.is_none_or(|picked| picked.contains(&id));
         let direction = match self.momentum {
@@ -329,23 +337,24 @@ type Scalar<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 1>;
 fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
-    kept: &ParamMap,
+    ascent_grads: &ParamMap,
 ) -> Option<(Scalar<B>, Scalar<B>)> {
     struct Sums<'a, B: AutodiffBackend> {
         grads: &'a GradientsParams,
-        kept: &'a ParamMap,
+        ascent_grads: &'a ParamMap,
         sums: Option<(Scalar<B>, Scalar<B>)>,
     }
     impl<B: AutodiffBackend> ModuleVisitor<B> for Sums<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let (Some(grad), Some(kept)) = (
+            let (Some(grad), Some(ascent)) = (
                 self.grads.get::<B::InnerBackend, D>(param.id),
-                self.kept.get::<Tensor<B::InnerBackend, D>>(&param.id),
+                self.ascent_grads
+                    .get::<Tensor<B::InnerBackend, D>>(&param.id),
             ) else {
                 return;
             };
-            let dot = (kept.clone() * widen(grad)).sum();
-            let squares = squared_norm(kept.clone());
+            let dot = (ascent.clone() * widen(grad)).sum();
+            let squares = squared_norm(ascent.clone());
             self.sums = Some(match self.sums.take() {
                 Some((dots, sum)) => (dots + dot, sum + squares),
                 None => (dot, squares),
@@ -354,7 +363,7 @@ fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
     }
     let mut sums = Sums::<B> {
         grads,
-        kept,
+        ascent_grads,
         sums: None,
     };
     module.visit(&mut sums);
@@ -367,7 +376,7 @@ enum DescentRule<'a, B: Backend> {
         alpha: f64,
         coefficient: Tensor<B, 1>,
     },
-    /// A full LookSAM step: keeps `g_v` (unscaled), steps with `g_s` unchanged.
+    /// A full LookSAM step: stores `g_v` (unscaled), steps with `g_s` unchanged.
     LookSamKeep {
         eps: f64,
         inverse_scale: f64,
@@ -379,7 +388,7 @@ enum DescentRule<'a, B: Backend> {
 
 struct DescentVisitor<'a, B: AutodiffBackend> {
     grads: GradientsParams,
-    kept: &'a ParamMap,
+    ascent_grads: &'a ParamMap,
     rule: DescentRule<'a, B::InnerBackend>,
     out: GradientsParams,
 }
@@ -391,12 +400,15 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for DescentVisitor<'_, B> {
             return;
         };
         let grad = widen(grad);
-        let kept = self.kept.get::<Tensor<B::InnerBackend, D>>(&id).cloned();
+        let ascent = self
+            .ascent_grads
+            .get::<Tensor<B::InnerBackend, D>>(&id)
+            .cloned();
         let norm = |x: Tensor<B::InnerBackend, D>| squared_norm(x).sqrt();
-        let grad = match (&mut self.rule, kept) {
-            (DescentRule::Gsam { alpha, coefficient }, Some(kept)) => {
+        let grad = match (&mut self.rule, ascent) {
+            (DescentRule::Gsam { alpha, coefficient }, Some(ascent)) => {
                 let parallel = grad.clone() * broadcast(coefficient.clone());
-                grad - (kept - parallel).mul_scalar(*alpha)
+                grad - (ascent - parallel).mul_scalar(*alpha)
             }
             (
                 DescentRule::LookSamKeep {
@@ -404,14 +416,14 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for DescentVisitor<'_, B> {
                     inverse_scale,
                     state,
                 },
-                Some(kept),
+                Some(ascent),
             ) => {
                 // pytorch_optimizer 4.1.0: g_v = g_s - ||g_s|| <g^, g_s^> g^ with x^ = x / max(||x||, eps).
-                let kept_unit = kept.clone() / broadcast(norm(kept).clamp_min(*eps));
+                let ascent_unit = ascent.clone() / broadcast(norm(ascent).clamp_min(*eps));
                 let grad_norm = norm(grad.clone());
                 let grad_unit = grad.clone() / broadcast(grad_norm.clone().clamp_min(*eps));
-                let cosine = (kept_unit.clone() * grad_unit).sum();
-                let direction = grad.clone() - kept_unit * broadcast(grad_norm * cosine);
+                let cosine = (ascent_unit.clone() * grad_unit).sum();
+                let direction = grad.clone() - ascent_unit * broadcast(grad_norm * cosine);
                 state.insert(id, flat(direction.mul_scalar(*inverse_scale)));
                 grad
             }

@@ -1,0 +1,37 @@
+//! Where a backend needs another form of the same computation: every such choice in the
+//! workspace, with its reason and the versions it was found on. The measurements behind them
+//! are in `docs/performance.md` ("Backend quirks").
+//!
+//! Burn 0.21 names its backend (`Backend::name`) but describes none of these properties
+//! (how a reduction is summed, whether devices exchange tensors directly), so the choices
+//! follow the name: `"flex"`, and `"wgpu<...>"` for every CubeCL wgpu runtime (Vulkan, Metal,
+//! WebGPU), fused or not.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::Device;
+
+/// Whether `||x||^2` is computed as the dot product `[1, n] x [n, 1]` rather than
+/// `x.square().sum()`.
+///
+/// Flex (Burn 0.21) sums sequentially, through a temporary `x^2`, while its matmul is parallel
+/// and reads `x` once. Everywhere else the reduction is the fast form: NdArray's GEMM packs both
+/// operands and pads the 1x1 output to a full micro-kernel tile, and GPU matmuls are not built
+/// for a 1x1 output while their reductions are parallel.
+pub(crate) fn squared_norm_by_matmul<B: Backend>(device: &Device<B>) -> bool {
+    B::name(device) == "flex"
+}
+
+/// Whether tensors change devices through the host and the replicas' passes run one after
+/// another on the calling thread, for a backend whose devices cannot exchange tensors
+/// directly.
+///
+/// cubecl-wgpu 0.10 (Burn 0.21) leaves the runtime's device-to-device send and receive
+/// unimplemented (a `not implemented` panic in `ServerCommunication::comm_init`), so data goes
+/// through the host. Its fused backend also computed at stale weights when a replica's thread
+/// read a model moved by another thread, and drifted from the exact result with passes in
+/// worker threads while other trainings ran in the same process; since its transfers go
+/// through the host anyway, the passes run on one thread. Every other backend moves tensors
+/// itself (CUDA peer to peer, the CPU backends by reference) and runs replicas in threads.
+pub fn transfers_through_host<B: Backend>(device: &Device<B>) -> bool {
+    B::name(device).contains("wgpu<")
+}

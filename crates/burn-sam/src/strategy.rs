@@ -1,0 +1,234 @@
+//! For training strategies and other code that runs an optimizer's passes without holding it
+//! (`burn_sam_accum` builds on this): the step protocol, SAM's phases beyond `ascend` and
+//! `descend`, and the building blocks of a step. Training with [`Sam`] or
+//! [`LossScaled`](crate::LossScaled) needs nothing here.
+//!
+//! # The step protocol
+//! Burn's `Learner` reaches its optimizer only through `Optimizer::step(lr, module, grads)`.
+//! A strategy holds a [`StepLink`] to it instead; values cross it one way each:
+//! the optimizer publishes what its next step takes ([`StepLink::next_step`]), the strategy
+//! says what it hands each `step` call ([`StepLink::hand_over`]). One optimizer step:
+//!
+//! 1. `next = link.next_step()`: [`Passes::Two`] (SAM) or [`Passes::One`] (LookSAM between
+//!    its full steps, optimizers without SAM), and the scale to multiply every loss by.
+//! 2. One device, each pass: the gradient at the learner's model, `hand_over(Handover::Gradient)`,
+//!    `Optimizer::step`. Of two passes the first ascends (the model comes back at `w + e`),
+//!    the second descends (the base optimizer steps `w`); a single pass is the whole step.
+//! 3. N replicas, synced ascent: the same; each pass's gradient is the item-weighted mean of
+//!    the replicas' gradients at the same model.
+//! 4. N replicas, local ascents (on [`Passes::Two`]): each replica moves its copy by its own
+//!    gradient ([`perturb`]) and takes the gradient there; their mean is handed over as
+//!    [`Handover::LocalDescent`], and one `Optimizer::step` steps `w`.
+//!
+//! A `step` with nothing handed over is a direct call: [`Sam`] then alternates ascent and
+//! descent itself, warns once that Burn's own strategies do not run SAM, and needs
+//! `scale_loss` to have been called since its last phase.
+
+use std::fmt;
+
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::error::{SamError, StepError};
+use crate::handle::LossScaleHandle;
+use crate::sam::{PendingAscent, Sam, StepReport};
+
+pub use crate::float::widen;
+pub use crate::or_hand_back;
+pub use crate::perturb::{perturb, Perturbation};
+pub use crate::precision::guarded_step;
+pub use crate::quirks::transfers_through_host;
+
+/// The forward and backward passes one optimizer step takes over the same batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passes {
+    /// One: the gradient at `w`.
+    One,
+    /// Two: SAM's ascent at `w`, then its descent at `w + e`.
+    Two,
+}
+
+impl Passes {
+    /// 1 or 2.
+    pub fn count(self) -> usize {
+        match self {
+            Self::One => 1,
+            Self::Two => 2,
+        }
+    }
+}
+
+/// What the optimizer's next step takes, from [`StepLink::next_step`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NextStep {
+    /// The passes.
+    pub passes: Passes,
+    /// The scale every loss is multiplied by before its backward pass (in f32), `None`
+    /// without loss scaling.
+    pub loss_scale: Option<f32>,
+}
+
+/// What a strategy hands the next `Optimizer::step` call besides the gradients.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Handover {
+    /// The gradient at the module `step` gets, of losses scaled by `loss_scale` (the
+    /// [`NextStep::loss_scale`] the passes ran with).
+    Gradient {
+        /// The scale the losses were multiplied by, `None` when they were not.
+        loss_scale: Option<f32>,
+    },
+    /// Data-parallel SAM with local ascents: the mean of the replicas' gradients, each taken
+    /// at its own perturbed copy; the module `step` gets is at `w`. SAM steps `w` with it.
+    LocalDescent {
+        /// The scale the losses were multiplied by, `None` when they were not.
+        loss_scale: Option<f32>,
+    },
+}
+
+impl Handover {
+    /// The scale the handed-over gradients carry.
+    pub fn loss_scale(self) -> Option<f32> {
+        match self {
+            Self::Gradient { loss_scale } | Self::LocalDescent { loss_scale } => loss_scale,
+        }
+    }
+}
+
+/// A strategy's end of the step protocol with one optimizer (see the [module
+/// documentation](self)): built from the optimizer's [`LossScaleHandle`], it follows the
+/// optimizer's updates and loaded records, and those of its clones.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::Linear;
+/// use burn::optim::SgdConfig;
+/// use burn_sam::strategy::{Passes, StepLink};
+/// use burn_sam::SamConfig;
+///
+/// let sam = SamConfig::new().init(SgdConfig::new().init::<Autodiff<Flex>, Linear<Autodiff<Flex>>>());
+/// let link = StepLink::new(sam.loss_scale_handle());
+/// assert_eq!(link.next_step().passes, Passes::Two);
+/// assert_eq!(link.next_step().loss_scale, None);
+/// ```
+#[derive(Clone)]
+pub struct StepLink(LossScaleHandle);
+
+impl StepLink {
+    /// The link to the optimizer `handle` came from.
+    pub fn new(handle: LossScaleHandle) -> Self {
+        Self(handle)
+    }
+
+    /// What the optimizer's next step takes.
+    pub fn next_step(&self) -> NextStep {
+        let shared = self.0.shared();
+        NextStep {
+            passes: shared.passes,
+            loss_scale: shared.scaling.then_some(shared.scale),
+        }
+    }
+
+    /// Says what the next `Optimizer::step` call gets, just before making it.
+    pub fn hand_over(&self, handover: Handover) {
+        self.0.shared().handover = Some(handover);
+    }
+
+    /// The optimizer's loss scale and overflows.
+    pub fn loss_scale(&self) -> &LossScaleHandle {
+        &self.0
+    }
+}
+
+impl fmt::Debug for StepLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("StepLink").field(&self.next_step()).finish()
+    }
+}
+
+/// SAM's phases beyond [`Sam::ascend`] and [`Sam::descend`], for code that drives them over
+/// several gradients per step (gradient accumulation's windows, m-sharpness).
+pub trait Phases {
+    /// The ascent waiting for its descent, if any.
+    fn pending_ascent(&self) -> Option<PendingAscent>;
+
+    /// Ends the pending step without updating: puts the weights kept by [`Sam::ascend`] back,
+    /// leaves the base optimizer untouched, backs the loss scale off (unless the overflowed
+    /// ascent already did) and counts the step as `UpdateSkipped`. For a fault found between
+    /// the passes, such as an overflow in one micro-batch of an accumulated window.
+    ///
+    /// # Errors
+    /// Without a pending ascent, or with a module that is not the ascent's: `module` handed
+    /// back as given. The loss scale's hard stop: the weights of before the ascent.
+    fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend;
+
+    /// Ends the pending ascent without a step: puts the weights kept by [`Sam::ascend`] back
+    /// and changes nothing else (no counter, no loss-scale update). m-sharpness uses it to
+    /// perturb each micro-batch on its own and step once for all of them.
+    ///
+    /// # Errors
+    /// As [`Phases::skip`]'s first.
+    fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend;
+}
+
+impl<O> Phases for Sam<O> {
+    fn pending_ascent(&self) -> Option<PendingAscent> {
+        self.ascent_pending()
+    }
+
+    fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        self.skip_pending(module)
+    }
+
+    fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        self.restore_pending(module)
+    }
+}
+
+/// Checks a strategy's [`Handover::loss_scale`] against the optimizer's scale (`None`
+/// without loss scaling).
+pub(crate) fn check_handed_scale(
+    handed: Option<f32>,
+    expected: Option<f32>,
+) -> Result<(), SamError> {
+    match (expected, handed) {
+        (None, None) => Ok(()),
+        (Some(_), None) => Err(SamError::UnscaledLoss),
+        (expected, Some(handed)) if expected == Some(handed) => Ok(()),
+        (expected, Some(handed)) => Err(SamError::LossScaleMismatch {
+            expected: expected.unwrap_or(1.0),
+            handed,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handed_scale_must_be_the_optimizers() {
+        assert_eq!(check_handed_scale(None, None), Ok(()));
+        assert_eq!(check_handed_scale(Some(8.0), Some(8.0)), Ok(()));
+        assert_eq!(
+            check_handed_scale(None, Some(8.0)),
+            Err(SamError::UnscaledLoss)
+        );
+        let mismatch = |expected, handed| Err(SamError::LossScaleMismatch { expected, handed });
+        assert_eq!(check_handed_scale(Some(4.0), Some(8.0)), mismatch(8.0, 4.0));
+        assert_eq!(check_handed_scale(Some(4.0), None), mismatch(1.0, 4.0));
+    }
+}
