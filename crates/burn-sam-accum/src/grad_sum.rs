@@ -135,3 +135,82 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
         self.sum.register(param.id, total);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::{Linear, LinearConfig};
+    use burn::tensor::{DType, FloatDType};
+
+    use super::*;
+
+    type B = Autodiff<Flex>;
+
+    /// The gradient of `sum(model(x))` with `x` all `value`, the model cast to `dtype`.
+    fn grads(model: &Linear<B>, value: f32) -> GradientsParams {
+        let x = Tensor::<B, 2>::full([2, 3], value, &Default::default()).cast(model.weight.val().dtype());
+        GradientsParams::from_grads(model.forward(x).sum().backward(), model)
+    }
+
+    fn weight_grad(summed: &GradientsParams, model: &Linear<B>) -> Vec<f32> {
+        let grad = summed.get::<Flex, 2>(model.weight.id).unwrap();
+        grad.cast(FloatDType::F32).into_data().to_vec().unwrap()
+    }
+
+    #[test]
+    fn one_term_of_weight_one_comes_as_it_came() {
+        let model: Linear<B> = LinearConfig::new(3, 1).init(&Default::default());
+        let model = burn_sam::cast_params(model, FloatDType::F16);
+        let mut sum = WeightedSum::default();
+        sum.add(&model, grads(&model, 1.0), 1.0).unwrap();
+        let summed = sum.finish();
+        assert!(summed.as_came);
+        let grad = summed.grads.get::<Flex, 2>(model.weight.id).unwrap();
+        assert_eq!(grad.dtype(), DType::F16);
+
+        // Weighted, or with a second term: a sum in f32.
+        let mut sum = WeightedSum::default();
+        sum.add(&model, grads(&model, 1.0), 0.5).unwrap();
+        let summed = sum.finish();
+        assert!(!summed.as_came);
+        assert_eq!(weight_grad(&summed.grads, &model), vec![1.0; 3]);
+    }
+
+    #[test]
+    fn terms_are_weighted_and_summed_in_f32() {
+        let model: Linear<B> = LinearConfig::new(3, 1).init(&Default::default());
+        let model = burn_sam::cast_params(model, FloatDType::F16);
+        let mut sum = WeightedSum::default();
+        // d sum(x w + b) / dw = 2 x per column: 1 * 2 + 0.75 * 6.
+        sum.add(&model, grads(&model, 1.0), 1.0).unwrap();
+        sum.add(&model, grads(&model, 3.0), 0.75).unwrap();
+        let summed = sum.finish();
+        assert!(!summed.as_came);
+        let grad = summed.grads.get::<Flex, 2>(model.weight.id).unwrap();
+        assert_eq!(grad.dtype(), DType::F32);
+        assert_eq!(weight_grad(&summed.grads, &model), vec![2.0 + 4.5; 3]);
+
+        // A finished sum added to another keeps "as it came" only alone.
+        let mut one = WeightedSum::default();
+        one.add(&model, grads(&model, 1.0), 1.0).unwrap();
+        let mut outer = WeightedSum::default();
+        outer.add_summed(&model, one.finish()).unwrap();
+        assert!(outer.finish().as_came);
+    }
+
+    #[test]
+    fn gradients_of_another_module_are_refused() {
+        let model: Linear<B> = LinearConfig::new(3, 1).init(&Default::default());
+        let other: Linear<B> = LinearConfig::new(3, 1).init(&Default::default());
+        let mut sum = WeightedSum::default();
+        sum.add(&model, grads(&model, 1.0), 0.5).unwrap();
+        let refused = sum.add(&model, grads(&other, 1.0), 0.5).unwrap_err();
+        assert_eq!(
+            refused,
+            SamError::ForeignGradients {
+                gradients: 2,
+                matched: 0
+            }
+        );
+    }
+}

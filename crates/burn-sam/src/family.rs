@@ -441,3 +441,49 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for DescentVisitor<'_, B> {
         self.out.register(id, grad);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::Flex;
+
+    use super::*;
+
+    fn values(tensor: Tensor<Flex, 1>) -> Vec<f32> {
+        tensor.into_data().to_vec().unwrap()
+    }
+
+    #[test]
+    fn lerp_rounds_from_the_nearer_end() {
+        let device = Default::default();
+        let start = Tensor::<Flex, 1>::from_floats([0.1, -3.3, 7.7], &device);
+        let end = Tensor::<Flex, 1>::from_floats([0.7, 1e-3, -2.9], &device);
+        // `start + 1 * (end - start)` is not `end` in f32 for these values; torch.lerp's is.
+        assert_eq!(values(lerp(start.clone(), end.clone(), 1.0)), values(end.clone()));
+        assert_eq!(values(lerp(start.clone(), end.clone(), 0.0)), values(start.clone()));
+        let at = |weight: f32| -> Vec<f32> {
+            let (a, b) = ([0.1f32, -3.3, 7.7], [0.7f32, 1e-3, -2.9]);
+            (0..3)
+                .map(|i| match weight < 0.5 {
+                    true => a[i] + weight * (b[i] - a[i]),
+                    false => b[i] - (1.0 - weight) * (b[i] - a[i]),
+                })
+                .collect()
+        };
+        assert_eq!(values(lerp(start.clone(), end.clone(), 0.25)), at(0.25));
+        assert_eq!(values(lerp(start, end, 0.75)), at(0.75));
+    }
+
+    #[test]
+    fn looksam_takes_one_pass_between_full_steps() {
+        let mut rules = FamilyRules::new(SamVariant::LookSam { k: 3, alpha: 0.7 }, 1e-12);
+        let mut passes = Vec::new();
+        for did_its_part in [true, true, true, false, true, true] {
+            passes.push(rules.needs_ascent());
+            rules.advance(did_its_part);
+        }
+        // The fourth step (a full one) did not do its part: it is retried.
+        assert_eq!(passes, [true, false, false, true, true, false]);
+        let sam = FamilyRules::new(SamVariant::Sam, 1e-12);
+        assert!(sam.needs_ascent());
+    }
+}

@@ -125,3 +125,51 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::{Linear, LinearConfig};
+
+    use super::*;
+
+    type B = Autodiff<Flex>;
+
+    #[test]
+    fn the_norm_is_unscaled_and_checks_every_gradient() {
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
+        let x = Tensor::<B, 2>::from_floats([[3.0, 4.0]], &device);
+        // d/dw = x = (3, 4), d/db = 1, all times 8.
+        let loss = model.forward(x).sum().mul_scalar(8.0);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let norm = unscaled_norm(&model, &grads, None, 8.0, None).unwrap();
+        assert!((norm - 26f64.sqrt()).abs() < 1e-6, "{norm}");
+        let weight = HashSet::from([model.weight.id]);
+        let norm = unscaled_norm(&model, &grads, None, 8.0, Some(&weight)).unwrap();
+        assert!((norm - 5.0).abs() < 1e-6, "{norm}");
+
+        // A parameter left out of the norm still makes it NaN when its gradient is not finite.
+        let mut poisoned = GradientsParams::new();
+        let bias = model.bias.as_ref().unwrap().id;
+        let finite = grads.get::<Flex, 2>(model.weight.id).unwrap();
+        poisoned.register(model.weight.id, finite);
+        let infinite = grads.get::<Flex, 1>(bias).unwrap().mul_scalar(f32::INFINITY);
+        poisoned.register(bias, infinite);
+        let norm = unscaled_norm(&model, &poisoned, None, 8.0, Some(&weight)).unwrap();
+        assert!(norm.is_nan(), "{norm}");
+    }
+
+    #[test]
+    fn asam_weights_the_gradient_by_the_weight() {
+        let device = Default::default();
+        let weight = Tensor::<Flex, 1>::from_floats([-2.0, 0.5], &device);
+        let grad = Tensor::<Flex, 1>::from_floats([1.0, 1.0], &device);
+        let once = weighted(weight.clone(), grad.clone(), Some(0.5), 1);
+        let twice = weighted(weight.clone(), grad.clone(), Some(0.5), 2);
+        assert_eq!(once.into_data().to_vec::<f32>().unwrap(), [2.5, 1.0]);
+        assert_eq!(twice.into_data().to_vec::<f32>().unwrap(), [6.25, 1.0]);
+        let sam = weighted(weight, grad, None, 2);
+        assert_eq!(sam.into_data().to_vec::<f32>().unwrap(), [1.0, 1.0]);
+    }
+}

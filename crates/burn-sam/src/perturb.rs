@@ -199,3 +199,65 @@ impl<B: Backend> ModuleMapper<B> for Restore {
 pub(crate) fn sync_running_states<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     drop(module.valid());
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::{Linear, LinearConfig};
+    use burn::tensor::Tensor;
+
+    use super::*;
+
+    type B = Autodiff<Flex>;
+
+    fn flat(model: &Linear<B>) -> Vec<f64> {
+        let mut values: Vec<f64> = model.weight.val().into_data().iter::<f64>().collect();
+        values.extend(model.bias.as_ref().unwrap().val().into_data().iter::<f64>());
+        values
+    }
+
+    /// The model, `dL/dw` of `sum(model(x))` times `scale`, flattened like [`flat`].
+    fn setup(scale: f64) -> (Linear<B>, GradientsParams, Vec<f64>) {
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(3, 2).init(&device);
+        let x = Tensor::<B, 2>::from_floats([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]], &device);
+        let loss = model.forward(x).sum().mul_scalar(scale);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        // d sum(x w + b) / dw[i][j] = sum_rows x[., i]; / db[j] = rows.
+        let column = [4.0, -1.75, -0.5];
+        let mut grad: Vec<f64> = column.iter().flat_map(|&g| [g, g]).collect();
+        grad.extend([2.0, 2.0]);
+        (model, grads, grad)
+    }
+
+    #[test]
+    fn sam_moves_by_rho_along_the_unit_gradient() {
+        for (scale, eta) in [(1.0, None), (1024.0, None), (1.0, Some(0.01))] {
+            let (model, grads, grad) = setup(scale);
+            let w = flat(&model);
+            let config = SamConfig::new()
+                .with_rho(0.05)
+                .with_adaptive(eta.is_some())
+                .with_eta(eta.unwrap_or(0.0));
+            let moved = perturb(&config, 0.1, model, grads, scale as f32).unwrap();
+            let a: Vec<f64> = w.iter().map(|w| eta.map_or(1.0, |eta| w.abs() + eta)).collect();
+            let norm = grad.iter().zip(&a).map(|(g, a)| (a * g).powi(2)).sum::<f64>().sqrt();
+            assert!((moved.grad_norm - norm).abs() <= 1e-6 * norm, "{scale} {eta:?}");
+            let expected: Vec<f64> = (0..w.len())
+                .map(|i| w[i] + 0.05 * a[i] * a[i] * grad[i] / norm)
+                .collect();
+            for (got, want) in flat(&moved.module).iter().zip(&expected) {
+                assert!((got - want).abs() <= 1e-6, "{scale} {eta:?}: {got} {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_gradient_that_is_not_finite_moves_nothing() {
+        let (model, grads, _) = setup(f64::INFINITY);
+        let w = flat(&model);
+        let moved = perturb(&SamConfig::new(), 0.1, model, grads, 1.0).unwrap();
+        assert!(!moved.perturbed && !moved.grad_norm.is_finite());
+        assert_eq!(flat(&moved.module), w);
+    }
+}
