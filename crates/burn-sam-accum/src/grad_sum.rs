@@ -148,7 +148,8 @@ mod tests {
 
     /// The gradient of `sum(model(x))` with `x` all `value`, the model cast to `dtype`.
     fn grads(model: &Linear<B>, value: f32) -> GradientsParams {
-        let x = Tensor::<B, 2>::full([2, 3], value, &Default::default()).cast(model.weight.val().dtype());
+        let x = Tensor::<B, 2>::full([2, 3], value, &Default::default())
+            .cast(model.weight.val().dtype());
         GradientsParams::from_grads(model.forward(x).sum().backward(), model)
     }
 

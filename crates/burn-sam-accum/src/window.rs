@@ -185,7 +185,10 @@ mod tests {
     #[test]
     fn weights_are_item_shares_or_equal() {
         let weights = |items: &[Option<usize>]| item_weights(items.iter().copied());
-        assert_eq!(weights(&[Some(16), Some(3), Some(1)]), Ok(vec![0.8, 0.15, 0.05]));
+        assert_eq!(
+            weights(&[Some(16), Some(3), Some(1)]),
+            Ok(vec![0.8, 0.15, 0.05])
+        );
         assert_eq!(weights(&[None, None, None, None]), Ok(vec![0.25; 4]));
         assert_eq!(weights(&[Some(7)]), Ok(vec![1.0]));
         assert_eq!(weights(&[]), Err(AccumError::EmptyWindow));
@@ -193,9 +196,6 @@ mod tests {
             weights(&[Some(2), Some(0)]),
             Err(AccumError::ZeroItems { index: 1 })
         );
-        assert_eq!(
-            weights(&[Some(2), None]),
-            Err(AccumError::MixedItemCounts)
-        );
+        assert_eq!(weights(&[Some(2), None]), Err(AccumError::MixedItemCounts));
     }
 }

@@ -12,13 +12,13 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 
-use crate::diagnostics::read_back;
 use crate::error::SamError;
 use crate::float::widen;
 use crate::norm::squared_norm;
 use crate::param_map::ParamMap;
+use crate::state::ParamState;
 use crate::variant::SamVariant;
 
 /// The member of the SAM family and its state: LookSAM's position in its cycle, and by
@@ -30,7 +30,7 @@ pub(crate) struct FamilyRules {
     variant: SamVariant,
     eps: f64,
     cycle: u64,
-    state: ParamMap,
+    state: ParamState<f64>,
 }
 
 /// The state of a SAM variant, saved in [`SamRecord`](crate::SamRecord).
@@ -57,7 +57,7 @@ pub struct ParamValuesRecord {
 pub(crate) struct AscentGradients {
     pub direction: GradientsParams,
     pub ascent_grads: ParamMap,
-    pub state: ParamMap,
+    pub state: ParamState<f64>,
 }
 
 impl FamilyRules {
@@ -66,7 +66,7 @@ impl FamilyRules {
             variant,
             eps,
             cycle: 0,
-            state: ParamMap::default(),
+            state: ParamState::default(),
         }
     }
 
@@ -103,7 +103,7 @@ impl FamilyRules {
             return Ok(AscentGradients {
                 direction: grads,
                 ascent_grads: ParamMap::default(),
-                state: ParamMap::default(),
+                state: ParamState::default(),
             });
         }
         let mut visitor = AscentVisitor {
@@ -117,7 +117,7 @@ impl FamilyRules {
             out: AscentGradients {
                 direction: GradientsParams::new(),
                 ascent_grads: ParamMap::default(),
-                state: ParamMap::default(),
+                state: ParamState::default(),
             },
             matched: 0,
         };
@@ -133,7 +133,7 @@ impl FamilyRules {
 
     /// Keeps the state the ascent computed, once its step is applied: a skipped step leaves
     /// the variant's state as it was, like the base optimizer's.
-    pub fn commit_ascent(&mut self, ascent_state: ParamMap) {
+    pub fn commit_ascent(&mut self, ascent_state: ParamState<f64>) {
         self.state.extend(ascent_state);
     }
 
@@ -179,7 +179,7 @@ impl FamilyRules {
             SamVariant::LookSam { .. } => DescentRule::LookSamKeep {
                 eps: self.eps,
                 inverse_scale: 1.0 / f64::from(loss_scale),
-                state: ParamMap::default(),
+                state: ParamState::default(),
             },
             _ => return grads,
         };
@@ -208,20 +208,13 @@ impl FamilyRules {
     }
 
     pub fn to_record<B: AutodiffBackend>(&self) -> VariantRecord {
-        let values = |id: &ParamId| match self.state.get::<Tensor<B::InnerBackend, 1>>(id) {
-            Some(tensor) => Some(read_back(tensor.clone()).iter::<f64>().collect()),
-            None => self.state.get::<Vec<f64>>(id).cloned(),
-        };
+        let tensors = self.state.to_values::<B::InnerBackend>().into_iter();
         VariantRecord {
             cycle: self.cycle,
-            tensors: self
-                .state
-                .iter()
-                .filter_map(|id| {
-                    Some(ParamValuesRecord {
-                        id: id.serialize(),
-                        values: values(id)?,
-                    })
+            tensors: tensors
+                .map(|(id, values)| ParamValuesRecord {
+                    id: id.serialize(),
+                    values,
                 })
                 .collect(),
         }
@@ -229,35 +222,20 @@ impl FamilyRules {
 
     pub fn load_record(&mut self, record: VariantRecord) {
         self.cycle = record.cycle;
-        self.state = ParamMap::default();
-        for tensor in record.tensors {
-            self.state
-                .insert(ParamId::deserialize(&tensor.id), tensor.values);
-        }
+        let values = record.tensors.into_iter();
+        self.state = ParamState::from_values(
+            values.map(|tensor| (ParamId::deserialize(&tensor.id), tensor.values)),
+        );
     }
 }
 
-/// The state tensor of `id`, shaped and typed like `like`: from the device, or from a record.
+/// The state of `id`, shaped and typed like `like`.
 fn state_like<B: Backend, const D: usize>(
-    state: &ParamMap,
+    state: &ParamState<f64>,
     id: &ParamId,
     like: &Tensor<B, D>,
 ) -> Option<Tensor<B, D>> {
-    let shape = like.shape();
-    let flat = match state.get::<Tensor<B, 1>>(id) {
-        Some(tensor) => tensor.clone(),
-        None => {
-            let values = state.get::<Vec<f64>>(id)?.clone();
-            let data = TensorData::new(values, [shape.num_elements()]);
-            Tensor::from_data(data, (&like.device(), like.dtype()))
-        }
-    };
-    (flat.dims()[0] == shape.num_elements()).then(|| flat.reshape(shape))
-}
-
-fn flat<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, 1> {
-    let n = tensor.shape().num_elements();
-    tensor.reshape([n])
+    state.get(id, like.shape(), &like.device(), like.dtype())
 }
 
 /// A `[1]` tensor broadcast against `D` dimensions.
@@ -298,14 +276,14 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for AscentVisitor<'_> {
                 };
                 match state_like(&self.rules.state, &id, &grad) {
                     None => {
-                        self.out.state.insert(id, flat(unscaled));
+                        self.out.state.insert(id, unscaled);
                         grad
                     }
                     Some(momentum) => {
                         let direction = grad - momentum.clone().mul_scalar(sigma * self.loss_scale);
                         self.out
                             .state
-                            .insert(id, flat(lerp(momentum, unscaled, 1.0 - lambda)));
+                            .insert(id, lerp(momentum, unscaled, 1.0 - lambda));
                         direction
                     }
                 }
@@ -380,10 +358,13 @@ enum DescentRule<'a, B: Backend> {
     LookSamKeep {
         eps: f64,
         inverse_scale: f64,
-        state: ParamMap,
+        state: ParamState<f64>,
     },
     /// A one-pass LookSAM step: `g + alpha * ||g|| / (||g_v|| + 1e-8) * g_v`.
-    LookSamReuse { alpha: f64, state: &'a ParamMap },
+    LookSamReuse {
+        alpha: f64,
+        state: &'a ParamState<f64>,
+    },
 }
 
 struct DescentVisitor<'a, B: AutodiffBackend> {
@@ -424,7 +405,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for DescentVisitor<'_, B> {
                 let grad_unit = grad.clone() / broadcast(grad_norm.clone().clamp_min(*eps));
                 let cosine = (ascent_unit.clone() * grad_unit).sum();
                 let direction = grad.clone() - ascent_unit * broadcast(grad_norm * cosine);
-                state.insert(id, flat(direction.mul_scalar(*inverse_scale)));
+                state.insert(id, direction.mul_scalar(*inverse_scale));
                 grad
             }
             (DescentRule::LookSamReuse { alpha, state }, _) => {
@@ -458,8 +439,14 @@ mod tests {
         let start = Tensor::<Flex, 1>::from_floats([0.1, -3.3, 7.7], &device);
         let end = Tensor::<Flex, 1>::from_floats([0.7, 1e-3, -2.9], &device);
         // `start + 1 * (end - start)` is not `end` in f32 for these values; torch.lerp's is.
-        assert_eq!(values(lerp(start.clone(), end.clone(), 1.0)), values(end.clone()));
-        assert_eq!(values(lerp(start.clone(), end.clone(), 0.0)), values(start.clone()));
+        assert_eq!(
+            values(lerp(start.clone(), end.clone(), 1.0)),
+            values(end.clone())
+        );
+        assert_eq!(
+            values(lerp(start.clone(), end.clone(), 0.0)),
+            values(start.clone())
+        );
         let at = |weight: f32| -> Vec<f32> {
             let (a, b) = ([0.1f32, -3.3, 7.7], [0.7f32, 1e-3, -2.9]);
             (0..3)

@@ -94,10 +94,14 @@ mod tests {
     #[test]
     fn names_pick_types_and_dotted_paths_at_boundaries() {
         let model: Linear<Flex> = LinearConfig::new(2, 1).init(&Default::default());
-        let names = |names: &[&str]| -> Vec<String> { names.iter().map(|n| n.to_string()).collect() };
+        let names =
+            |names: &[&str]| -> Vec<String> { names.iter().map(|n| n.to_string()).collect() };
         let bias = model.bias.as_ref().unwrap().id;
         let weight = model.weight.id;
-        assert_eq!(picked(&model, &names(&["Linear"])), HashSet::from([weight, bias]));
+        assert_eq!(
+            picked(&model, &names(&["Linear"])),
+            HashSet::from([weight, bias])
+        );
         assert_eq!(picked(&model, &names(&["bias"])), HashSet::from([bias]));
         assert!(picked(&model, &names(&["bia"])).is_empty());
         assert_eq!(perturbed_params(&model, None), Ok(None));

@@ -52,6 +52,7 @@ mod precision;
 mod quirks;
 mod sam;
 mod scaler;
+mod state;
 pub mod strategy;
 mod variant;
 

@@ -154,7 +154,10 @@ mod tests {
         let bias = model.bias.as_ref().unwrap().id;
         let finite = grads.get::<Flex, 2>(model.weight.id).unwrap();
         poisoned.register(model.weight.id, finite);
-        let infinite = grads.get::<Flex, 1>(bias).unwrap().mul_scalar(f32::INFINITY);
+        let infinite = grads
+            .get::<Flex, 1>(bias)
+            .unwrap()
+            .mul_scalar(f32::INFINITY);
         poisoned.register(bias, infinite);
         let norm = unscaled_norm(&model, &poisoned, None, 8.0, Some(&weight)).unwrap();
         assert!(norm.is_nan(), "{norm}");

@@ -240,9 +240,20 @@ mod tests {
                 .with_adaptive(eta.is_some())
                 .with_eta(eta.unwrap_or(0.0));
             let moved = perturb(&config, 0.1, model, grads, scale as f32).unwrap();
-            let a: Vec<f64> = w.iter().map(|w| eta.map_or(1.0, |eta| w.abs() + eta)).collect();
-            let norm = grad.iter().zip(&a).map(|(g, a)| (a * g).powi(2)).sum::<f64>().sqrt();
-            assert!((moved.grad_norm - norm).abs() <= 1e-6 * norm, "{scale} {eta:?}");
+            let a: Vec<f64> = w
+                .iter()
+                .map(|w| eta.map_or(1.0, |eta| w.abs() + eta))
+                .collect();
+            let norm = grad
+                .iter()
+                .zip(&a)
+                .map(|(g, a)| (a * g).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            assert!(
+                (moved.grad_norm - norm).abs() <= 1e-6 * norm,
+                "{scale} {eta:?}"
+            );
             let expected: Vec<f64> = (0..w.len())
                 .map(|i| w[i] + 0.05 * a[i] * a[i] * grad[i] / norm)
                 .collect();

@@ -8,16 +8,15 @@ use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Tensor};
 
-use crate::diagnostics::read_back;
 use crate::error::{LossScaleError, SamError, StepError};
 use crate::float::{tracked, widen};
 use crate::handle::LossScaleHandle;
 use crate::norm::unscaled_norm;
 use crate::or_hand_back;
-use crate::param_map::ParamMap;
 use crate::scaler::{LossScaler, LossScalerRecord};
+use crate::state::ParamState;
 
 /// The loss scaler, and the f32 master weights of the parameters narrower than f32 by id: on
 /// the device (`Tensor<B::InnerBackend, 1>`, flattened), or as loaded from a record
@@ -27,7 +26,7 @@ pub(crate) struct MixedPrecision {
     scaler: Option<LossScaler>,
     handle: LossScaleHandle,
     master_weights: bool,
-    masters: ParamMap,
+    masters: ParamState<f32>,
 }
 
 /// The mixed-precision state of an optimizer: the loss scaler's and the f32 master weights,
@@ -59,7 +58,7 @@ impl MixedPrecision {
             handle: LossScaleHandle::new(scaler.as_ref()),
             scaler,
             master_weights,
-            masters: ParamMap::default(),
+            masters: ParamState::default(),
         }
     }
 
@@ -170,20 +169,13 @@ impl MixedPrecision {
     }
 
     pub fn to_record<B: AutodiffBackend>(&self) -> MixedPrecisionRecord {
-        let host = |id: &ParamId| match self.masters.get::<Tensor<B::InnerBackend, 1>>(id) {
-            Some(tensor) => Some(read_back(tensor.clone()).iter::<f32>().collect()),
-            None => self.masters.get::<Vec<f32>>(id).cloned(),
-        };
+        let masters = self.masters.to_values::<B::InnerBackend>().into_iter();
         MixedPrecisionRecord {
             loss_scaler: self.scaler.as_ref().map(LossScaler::to_record),
-            master_weights: self
-                .masters
-                .iter()
-                .filter_map(|id| {
-                    Some(MasterWeightRecord {
-                        id: id.serialize(),
-                        values: host(id)?,
-                    })
+            master_weights: masters
+                .map(|(id, values)| MasterWeightRecord {
+                    id: id.serialize(),
+                    values,
                 })
                 .collect(),
         }
@@ -196,11 +188,10 @@ impl MixedPrecision {
         if let Some(scaler) = &self.scaler {
             self.handle.publish(scaler);
         }
-        self.masters = ParamMap::default();
-        for master in record.master_weights {
-            self.masters
-                .insert(ParamId::deserialize(&master.id), master.values);
-        }
+        let masters = record.master_weights.into_iter();
+        self.masters = ParamState::from_values(
+            masters.map(|master| (ParamId::deserialize(&master.id), master.values)),
+        );
     }
 }
 
@@ -295,26 +286,17 @@ impl MixedPrecision {
         id: ParamId,
         weight: Tensor<B::InnerBackend, D>,
     ) -> Tensor<B::InnerBackend, D> {
-        let shape = weight.shape();
         let kept = self
             .masters
-            .take::<Tensor<B::InnerBackend, 1>>(&id)
-            .or_else(|| {
-                let values = self.masters.take::<Vec<f32>>(&id)?;
-                let data = TensorData::new(values, [shape.num_elements()]);
-                Some(Tensor::from_data(data, (&weight.device(), DType::F32)))
-            });
-        match kept {
-            Some(master) if master.dims()[0] == shape.num_elements() => master.reshape(shape),
-            _ => weight.cast(FloatDType::F32),
-        }
+            .take(&id, weight.shape(), &weight.device(), DType::F32);
+        kept.unwrap_or_else(|| weight.cast(FloatDType::F32))
     }
 }
 
 /// Keeps the stepped f32 values as masters and writes their narrow cast into the module.
 struct Narrow<'a> {
     narrowed: HashMap<ParamId, DType>,
-    masters: &'a mut ParamMap,
+    masters: &'a mut ParamState<f32>,
 }
 
 impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
@@ -325,9 +307,8 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
         };
         let require_grad = tensor.is_require_grad();
         let master = tensor.inner();
-        let n = master.shape().num_elements();
         let narrowed = tracked(Tensor::from_inner(master.clone().cast(dtype)), require_grad);
-        self.masters.insert(id, master.reshape([n]));
+        self.masters.insert(id, master);
         Param::from_mapped_value(id, narrowed, mapper)
     }
 }

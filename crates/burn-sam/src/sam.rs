@@ -15,6 +15,7 @@ use crate::or_hand_back;
 use crate::param_map::ParamMap;
 use crate::perturb::{move_along, snapshot_covers, sync_running_states, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
+use crate::state::ParamState;
 use crate::strategy::{check_handed_scale, Handover, Passes};
 use crate::variant::SamVariant;
 
@@ -81,7 +82,7 @@ struct Pending {
     /// The ascent gradient, for variants whose descent combines it (GSAM, LookSAM).
     ascent_grads: ParamMap,
     /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
-    variant_state: ParamMap,
+    variant_state: ParamState<f64>,
     grad_norm: f64,
     /// False when the ascent overflowed: it then made this step's one loss-scale update.
     perturbed: bool,
@@ -612,7 +613,7 @@ impl Pending {
         Self {
             snapshot: ParamMap::default(),
             ascent_grads: ParamMap::default(),
-            variant_state: ParamMap::default(),
+            variant_state: ParamState::default(),
             grad_norm: f64::NAN,
             perturbed: true,
         }
