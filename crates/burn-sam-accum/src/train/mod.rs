@@ -48,7 +48,7 @@ use std::sync::Arc;
 
 use burn::config::Config;
 use burn::data::dataloader::split::split_dataloader;
-use burn::data::dataloader::Progress;
+use burn::data::dataloader::{DataLoaderIterator, Progress};
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, DeviceOps};
@@ -309,6 +309,43 @@ where
         (grads, combined.outputs)
     }
 
+    /// One optimizer step from the replicas' windows: each pass the optimizer's next step
+    /// takes, its gradient handed over to `Optimizer::step` (the [`burn_sam::strategy`]
+    /// protocol). Returns the first pass's `TrainStep` outputs, replica by replica.
+    fn optimizer_step(
+        &self,
+        learner: &mut Learner<LC>,
+        mut shards: Vec<Vec<Input<LC>>>,
+        weights: &[Vec<f64>],
+        lr: LearningRate,
+    ) -> Vec<Vec<Output<LC>>> {
+        let next = self.link.next_step();
+        if let (Passes::Two, Some(local)) = (next.passes, self.local_ascent(lr)) {
+            let loss_scale = next.loss_scale;
+            let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, Some(local));
+            self.link.hand_over(Handover::LocalDescent { loss_scale });
+            learner.optimizer_step(grads);
+            return outputs;
+        }
+        let passes = next.passes.count();
+        let mut first_outputs = Vec::new();
+        for pass in 1..=passes {
+            let shards = match pass < passes {
+                true => shards.clone(),
+                false => std::mem::take(&mut shards),
+            };
+            // An overflowing ascent backs the scale off before the descent's pass.
+            let loss_scale = self.link.next_step().loss_scale;
+            let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, None);
+            if pass == 1 {
+                first_outputs = outputs;
+            }
+            self.link.hand_over(Handover::Gradient { loss_scale });
+            learner.optimizer_step(grads);
+        }
+        first_outputs
+    }
+
     fn train_epoch(
         &self,
         learner: &mut Learner<LC>,
@@ -323,66 +360,23 @@ where
         let (bytes, steps) = (traffic.bytes(), traffic.steps());
         let mut iterators: Vec<_> = loaders.iter().map(|loader| loader.iter()).collect();
         let mut iteration = 0;
-        loop {
-            let mut shards = Vec::with_capacity(iterators.len());
-            let mut progress = Progress::new(0, 0);
-            for iterator in &mut iterators {
-                let inputs: Vec<_> = iterator.by_ref().take(window).collect();
-                let part = iterator.progress();
-                progress.items_processed += part.items_processed;
-                progress.items_total += part.items_total;
-                shards.push(inputs);
-            }
-            if shards.iter().all(Vec::is_empty) {
-                break;
-            }
+        while let Some((shards, progress)) = next_window(&mut iterators, window) {
             learner.lr_step();
             let lr = learner.lr_current();
             let weights = self.weights(&shards);
-            let batches: usize = weights.iter().map(Vec::len).sum();
-            let mut report = |outputs: Vec<Vec<Output<LC>>>| {
-                for (index, item) in outputs.into_iter().flatten().enumerate() {
-                    let item = TrainingItem::new(
-                        item,
-                        progress.clone(),
-                        epoch.clone(),
-                        Some(iteration + index + 1),
-                        Some(lr),
-                    );
-                    processor.process_train(LearnerEvent::ProcessedItem(item));
-                }
-            };
-            let next = self.link.next_step();
-            match (next.passes, self.local_ascent(lr)) {
-                (Passes::Two, Some(local)) => {
-                    let loss_scale = next.loss_scale;
-                    let (grads, outputs) =
-                        self.gradient(learner, shards, &weights, loss_scale, Some(local));
-                    report(outputs);
-                    self.link.hand_over(Handover::LocalDescent { loss_scale });
-                    learner.optimizer_step(grads);
-                }
-                (passes, _) => {
-                    let passes = passes.count();
-                    for pass in 1..=passes {
-                        let shards = match pass < passes {
-                            true => shards.clone(),
-                            false => std::mem::take(&mut shards),
-                        };
-                        // An overflowing ascent backs the scale off before the descent's pass.
-                        let loss_scale = self.link.next_step().loss_scale;
-                        let (grads, outputs) =
-                            self.gradient(learner, shards, &weights, loss_scale, None);
-                        if pass == 1 {
-                            report(outputs);
-                        }
-                        self.link.hand_over(Handover::Gradient { loss_scale });
-                        learner.optimizer_step(grads);
-                    }
-                }
-            }
+            let outputs = self.optimizer_step(learner, shards, &weights, lr);
             self.replicas.traffic().step();
-            iteration += batches;
+            for item in outputs.into_iter().flatten() {
+                iteration += 1;
+                let item = TrainingItem::new(
+                    item,
+                    progress.clone(),
+                    epoch.clone(),
+                    Some(iteration),
+                    Some(lr),
+                );
+                processor.process_train(LearnerEvent::ProcessedItem(item));
+            }
             if interrupter.should_stop() {
                 break;
             }
@@ -409,6 +403,23 @@ where
         }
         processor.process_train(LearnerEvent::EndEpoch(epoch.items_processed));
     }
+}
+
+/// The next window of each replica's loader and the progress over all of them; `None` once
+/// every loader is done.
+fn next_window<T>(
+    iterators: &mut [Box<dyn DataLoaderIterator<T> + '_>],
+    window: usize,
+) -> Option<(Vec<Vec<T>>, Progress)> {
+    let mut shards = Vec::with_capacity(iterators.len());
+    let mut progress = Progress::new(0, 0);
+    for iterator in iterators {
+        shards.push(iterator.by_ref().take(window).collect());
+        let part = iterator.progress();
+        progress.items_processed += part.items_processed;
+        progress.items_total += part.items_total;
+    }
+    (!shards.iter().all(Vec::is_empty)).then_some((shards, progress))
 }
 
 /// Casts each gradient to its parameter's float type: a plain optimizer steps f16 parameters
