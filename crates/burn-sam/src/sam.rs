@@ -151,7 +151,7 @@ pub struct StepReport {
     /// perturbation divides by (NaN on a one-pass step, which has no ascent).
     pub ascent_grad_norm: f64,
     /// `||g||` of the descent gradient, the one the base optimizer steps with (NaN after
-    /// [`Sam::skip`], which has none).
+    /// [`Phases::skip`](crate::strategy::Phases::skip), which has none).
     pub descent_grad_norm: f64,
     /// The loss scale of the descent pass (1 without loss scaling). Norms are unscaled.
     pub loss_scale: f32,

@@ -10,7 +10,7 @@
 //!   the union, where Burn's `grads_accumulation` sums; the last, partial window of an epoch
 //!   steps with what it holds, where Burn's drops it;
 //! - does that once per pass the optimizer's next step takes, as its
-//!   [`StepLink`](burn_sam::strategy::StepLink) says: twice for [`Sam`](burn_sam::Sam) (ascent
+//!   [`StepLink`] says: twice for [`Sam`](burn_sam::Sam) (ascent
 //!   at `w`, descent at `w + e`), once on LookSAM's steps between its full ones and for other
 //!   optimizers; and hands each pass's gradient to `Optimizer::step` (the
 //!   [protocol](burn_sam::strategy)).
