@@ -1,11 +1,11 @@
 //! The weighted sum of micro-batch gradients, by parameter: what accumulation and the
 //! replicas of data-parallel training both step with.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::Tensor;
-use burn_sam::strategy::widen;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor};
+use burn_sam::strategy::{map_grads, widen, GradMap};
 use burn_sam::SamError;
 
 /// `sum_i w_i g_i` over gradients added one at a time, in f32 (f64 for f64 gradients). A sum
@@ -92,47 +92,36 @@ fn add_weighted<B: AutodiffBackend, M: AutodiffModule<B>>(
     weight: f64,
 ) -> Result<(), SamError> {
     let gradients = grads.len();
-    let mut add = Add::<B> {
-        grads,
-        weight,
-        sum,
-        matched: 0,
-        backend: core::marker::PhantomData,
-    };
-    module.visit(&mut add);
-    match add.matched == gradients {
+    let (_, matched) = map_grads(module, grads, &mut AddTo { sum, weight });
+    match matched == gradients {
         true => Ok(()),
-        false => Err(SamError::ForeignGradients {
-            gradients,
-            matched: add.matched,
-        }),
+        false => Err(SamError::ForeignGradients { gradients, matched }),
     }
 }
 
-struct Add<'a, B> {
-    grads: GradientsParams,
-    weight: f64,
+struct AddTo<'a> {
     sum: &'a mut GradientsParams,
-    matched: usize,
-    backend: core::marker::PhantomData<B>,
+    weight: f64,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
-            return;
-        };
-        self.matched += 1;
+impl<B: Backend> GradMap<B> for AddTo<'_> {
+    fn map<const D: usize>(
+        &mut self,
+        id: ParamId,
+        _: DType,
+        grad: Tensor<B, D>,
+    ) -> Option<Tensor<B, D>> {
         let mut grad = widen(grad);
         if self.weight != 1.0 {
             grad = grad.mul_scalar(self.weight);
         }
         // The running sum is the only owner of its buffer: backends that can add in place.
-        let total = match self.sum.remove::<B::InnerBackend, D>(param.id) {
+        let total = match self.sum.remove::<B, D>(id) {
             Some(sum) => sum + grad,
             None => grad,
         };
-        self.sum.register(param.id, total);
+        self.sum.register(id, total);
+        None
     }
 }
 
@@ -140,7 +129,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
 mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::nn::{Linear, LinearConfig};
-    use burn::tensor::{DType, FloatDType};
+    use burn::tensor::FloatDType;
 
     use super::*;
 

@@ -12,10 +12,11 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 
 use crate::error::SamError;
 use crate::float::widen;
+use crate::grad_map::{map_grads, GradMap};
 use crate::norm::squared_norm;
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
@@ -106,29 +107,26 @@ impl FamilyRules {
                 state: ParamState::default(),
             });
         }
-        let mut visitor = AscentVisitor {
-            grads: &grads,
+        let mut rule = AscentRule {
             rules: self,
             picked,
             keep,
             momentum,
             inverse_scale: 1.0 / f64::from(loss_scale),
             loss_scale: f64::from(loss_scale),
-            out: AscentGradients {
-                direction: GradientsParams::new(),
-                ascent_grads: ParamMap::default(),
-                state: ParamState::default(),
-            },
-            matched: 0,
+            ascent_grads: ParamMap::default(),
+            state: ParamState::default(),
         };
-        module.visit(&mut visitor);
-        if visitor.matched != grads.len() {
-            return Err(SamError::ForeignGradients {
-                gradients: grads.len(),
-                matched: visitor.matched,
-            });
+        let gradients = grads.len();
+        let (direction, matched) = map_grads(module, grads, &mut rule);
+        if matched != gradients {
+            return Err(SamError::ForeignGradients { gradients, matched });
         }
-        Ok(visitor.out)
+        Ok(AscentGradients {
+            direction,
+            ascent_grads: rule.ascent_grads,
+            state: rule.state,
+        })
     }
 
     /// Keeps the state the ascent computed, once its step is applied: a skipped step leaves
@@ -183,15 +181,9 @@ impl FamilyRules {
             },
             _ => return grads,
         };
-        let mut visitor = DescentVisitor::<B> {
-            grads,
-            ascent_grads,
-            rule,
-            out: GradientsParams::new(),
-        };
-        module.visit(&mut visitor);
-        let (out, rule) = (visitor.out, visitor.rule);
-        if let DescentRule::LookSamKeep { state, .. } = rule {
+        let mut descent = DescentMap { ascent_grads, rule };
+        let (out, _) = map_grads(module, grads, &mut descent);
+        if let DescentRule::LookSamKeep { state, .. } = descent.rule {
             // A full step replaces every direction: a parameter without a gradient now has none.
             self.state = state;
         }
@@ -243,54 +235,45 @@ fn broadcast<B: Backend, const D: usize>(scalar: Tensor<B, 1>) -> Tensor<B, D> {
     scalar.reshape([1; D])
 }
 
-struct AscentVisitor<'a> {
-    grads: &'a GradientsParams,
+struct AscentRule<'a> {
     rules: &'a FamilyRules,
     picked: Option<&'a HashSet<ParamId>>,
     keep: bool,
     momentum: Option<(f64, f64)>,
     inverse_scale: f64,
     loss_scale: f64,
-    out: AscentGradients,
-    matched: usize,
+    ascent_grads: ParamMap,
+    state: ParamState<f64>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for AscentVisitor<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let id = param.id;
-        let Some(grad) = self.grads.get::<B::InnerBackend, D>(id) else {
-            return;
-        };
-        self.matched += 1;
+impl<B: Backend> GradMap<B> for AscentRule<'_> {
+    fn map<const D: usize>(
+        &mut self,
+        id: ParamId,
+        _: DType,
+        grad: Tensor<B, D>,
+    ) -> Option<Tensor<B, D>> {
         let grad = widen(grad);
         if self.keep {
-            self.out.ascent_grads.insert(id, grad.clone());
+            self.ascent_grads.insert(id, grad.clone());
         }
         let picked = self.picked.is_none_or(|picked| picked.contains(&id));
-        let direction = match self.momentum {
-            Some((sigma, lambda)) if picked => {
-                let unscaled = if self.inverse_scale == 1.0 {
-                    grad.clone()
-                } else {
-                    grad.clone().mul_scalar(self.inverse_scale)
-                };
-                match state_like(&self.rules.state, &id, &grad) {
-                    None => {
-                        self.out.state.insert(id, unscaled);
-                        grad
-                    }
-                    Some(momentum) => {
-                        let direction = grad - momentum.clone().mul_scalar(sigma * self.loss_scale);
-                        self.out
-                            .state
-                            .insert(id, lerp(momentum, unscaled, 1.0 - lambda));
-                        direction
-                    }
-                }
-            }
-            _ => grad,
+        let Some((sigma, lambda)) = self.momentum.filter(|_| picked) else {
+            return Some(grad);
         };
-        self.out.direction.register(id, direction);
+        let unscaled = if self.inverse_scale == 1.0 {
+            grad.clone()
+        } else {
+            grad.clone().mul_scalar(self.inverse_scale)
+        };
+        let Some(momentum) = state_like(&self.rules.state, &id, &grad) else {
+            self.state.insert(id, unscaled);
+            return Some(grad);
+        };
+        let direction = grad - momentum.clone().mul_scalar(sigma * self.loss_scale);
+        self.state
+            .insert(id, lerp(momentum, unscaled, 1.0 - lambda));
+        Some(direction)
     }
 }
 
@@ -367,25 +350,21 @@ enum DescentRule<'a, B: Backend> {
     },
 }
 
-struct DescentVisitor<'a, B: AutodiffBackend> {
-    grads: GradientsParams,
+struct DescentMap<'a, B: Backend> {
     ascent_grads: &'a ParamMap,
-    rule: DescentRule<'a, B::InnerBackend>,
-    out: GradientsParams,
+    rule: DescentRule<'a, B>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for DescentVisitor<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let id = param.id;
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
-            return;
-        };
+impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
+    fn map<const D: usize>(
+        &mut self,
+        id: ParamId,
+        _: DType,
+        grad: Tensor<B, D>,
+    ) -> Option<Tensor<B, D>> {
         let grad = widen(grad);
-        let ascent = self
-            .ascent_grads
-            .get::<Tensor<B::InnerBackend, D>>(&id)
-            .cloned();
-        let norm = |x: Tensor<B::InnerBackend, D>| squared_norm(x).sqrt();
+        let ascent = self.ascent_grads.get::<Tensor<B, D>>(&id).cloned();
+        let norm = |x: Tensor<B, D>| squared_norm(x).sqrt();
         let grad = match (&mut self.rule, ascent) {
             (DescentRule::Gsam { alpha, coefficient }, Some(ascent)) => {
                 let parallel = grad.clone() * broadcast(coefficient.clone());
@@ -419,7 +398,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for DescentVisitor<'_, B> {
             }
             _ => grad,
         };
-        self.out.register(id, grad);
+        Some(grad)
     }
 }
 

@@ -42,6 +42,7 @@ mod error;
 mod family;
 mod filter;
 mod float;
+mod grad_map;
 mod handle;
 mod loss_scaled;
 mod merge;

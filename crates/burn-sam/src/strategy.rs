@@ -34,6 +34,7 @@ use crate::handle::LossScaleHandle;
 use crate::sam::{PendingAscent, Sam, StepReport};
 
 pub use crate::float::widen;
+pub use crate::grad_map::{map_grads, GradMap};
 pub use crate::or_hand_back;
 pub use crate::perturb::{perturb, Perturbation};
 pub use crate::precision::guarded_step;

@@ -49,17 +49,17 @@ use std::sync::Arc;
 use burn::config::Config;
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoaderIterator, Progress};
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ParamId};
 use burn::optim::{GradientsParams, LearningRate};
-use burn::tensor::backend::{AutodiffBackend, DeviceOps};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::backend::{AutodiffBackend, Backend, DeviceOps};
+use burn::tensor::{DType, Device, Tensor};
 use burn::train::{
     EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent,
     LearningComponentsTypes, SupervisedLearningStrategy, SupervisedTrainingEventProcessor,
     TrainLoader, TrainStep, TrainingComponents, TrainingItem, TrainingModel, TrainingStrategy,
     ValidLoader,
 };
-use burn_sam::strategy::{Handover, Passes, StepLink};
+use burn_sam::strategy::{map_grads, GradMap, Handover, Passes, StepLink};
 use burn_sam::{ConfigError, SamConfig, SamError, SamVariant};
 
 pub use pass_scale::scale_loss;
@@ -311,24 +311,27 @@ where
 
     /// One optimizer step from the replicas' windows: each pass the optimizer's next step
     /// takes, its gradient handed over to `Optimizer::step` (the [`burn_sam::strategy`]
-    /// protocol). Returns the first pass's `TrainStep` outputs, replica by replica.
+    /// protocol). `report` gets the first pass's `TrainStep` outputs, replica by replica,
+    /// before the optimizer steps: the metrics read the losses while the step runs, as in the
+    /// runs whose kernels `tests/vulkan_fused_kernels.rs` counts.
     fn optimizer_step(
         &self,
         learner: &mut Learner<LC>,
         mut shards: Vec<Vec<Input<LC>>>,
         weights: &[Vec<f64>],
         lr: LearningRate,
-    ) -> Vec<Vec<Output<LC>>> {
+        mut report: impl FnMut(Vec<Vec<Output<LC>>>),
+    ) {
         let next = self.link.next_step();
         if let (Passes::Two, Some(local)) = (next.passes, self.local_ascent(lr)) {
             let loss_scale = next.loss_scale;
             let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, Some(local));
+            report(outputs);
             self.link.hand_over(Handover::LocalDescent { loss_scale });
             learner.optimizer_step(grads);
-            return outputs;
+            return;
         }
         let passes = next.passes.count();
-        let mut first_outputs = Vec::new();
         for pass in 1..=passes {
             let shards = match pass < passes {
                 true => shards.clone(),
@@ -338,12 +341,11 @@ where
             let loss_scale = self.link.next_step().loss_scale;
             let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, None);
             if pass == 1 {
-                first_outputs = outputs;
+                report(outputs);
             }
             self.link.hand_over(Handover::Gradient { loss_scale });
             learner.optimizer_step(grads);
         }
-        first_outputs
     }
 
     fn train_epoch(
@@ -364,19 +366,20 @@ where
             learner.lr_step();
             let lr = learner.lr_current();
             let weights = self.weights(&shards);
-            let outputs = self.optimizer_step(learner, shards, &weights, lr);
+            self.optimizer_step(learner, shards, &weights, lr, |outputs| {
+                for item in outputs.into_iter().flatten() {
+                    iteration += 1;
+                    let item = TrainingItem::new(
+                        item,
+                        progress.clone(),
+                        epoch.clone(),
+                        Some(iteration),
+                        Some(lr),
+                    );
+                    processor.process_train(LearnerEvent::ProcessedItem(item));
+                }
+            });
             self.replicas.traffic().step();
-            for item in outputs.into_iter().flatten() {
-                iteration += 1;
-                let item = TrainingItem::new(
-                    item,
-                    progress.clone(),
-                    epoch.clone(),
-                    Some(iteration),
-                    Some(lr),
-                );
-                processor.process_train(LearnerEvent::ProcessedItem(item));
-            }
             if interrupter.should_stop() {
                 break;
             }
@@ -428,20 +431,18 @@ fn cast_to_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: GradientsParams,
 ) -> GradientsParams {
-    struct Cast {
-        grads: GradientsParams,
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Cast {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                let dtype = param.val().dtype();
-                self.grads.register(param.id, grad.cast(dtype));
-            }
+    struct Cast;
+    impl<B: Backend> GradMap<B> for Cast {
+        fn map<const D: usize>(
+            &mut self,
+            _: ParamId,
+            dtype: DType,
+            grad: Tensor<B, D>,
+        ) -> Option<Tensor<B, D>> {
+            Some(grad.cast(dtype))
         }
     }
-    let mut cast = Cast { grads };
-    module.visit(&mut cast);
-    cast.grads
+    map_grads(module, grads, &mut Cast).0
 }
 
 /// Burn's validation epoch: the model in inference mode over the validation loader.

@@ -7,17 +7,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate};
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Device, Tensor};
 use burn::train::{TrainOutput, TrainStep};
-use burn_sam::strategy::perturb;
+use burn_sam::strategy::{map_grads, perturb, transfers_through_host, GradMap};
 use burn_sam::SamConfig;
 
 use super::pass_scale::with_pass_scale;
-use burn_sam::strategy::transfers_through_host;
-
 use super::transfer::{fork_to, grads_to};
 use crate::grad_sum::{Summed, WeightedSum};
 
@@ -195,7 +193,8 @@ impl<B: AutodiffBackend> Replicas<B> {
         if index == 0 {
             return grads;
         }
-        self.traffic.send(grad_bytes(replica, &grads));
+        let (grads, bytes) = grad_bytes(replica, grads);
+        self.traffic.send(bytes);
         grads_to(grads, replica, self.main())
     }
 }
@@ -226,11 +225,12 @@ where
     };
     let first = inputs.clone();
     let ascent = weighted_gradient(&replica, first, weights, loss_scale, Some(&mut outputs));
+    let (grads, copy) = shared_copy(&replica, ascent.grads);
     let ascent_copy = Summed {
-        grads: shared_copy(&replica, &ascent.grads),
-        ..ascent
+        grads: copy,
+        as_came: ascent.as_came,
     };
-    let moved = perturb(config, lr, replica, ascent.grads, loss_scale.unwrap_or(1.0))
+    let moved = perturb(config, lr, replica, grads, loss_scale.unwrap_or(1.0))
         .unwrap_or_else(|error| panic!("{}", error.error));
     if !moved.perturbed {
         return (ascent_copy, moved.module, outputs);
@@ -264,28 +264,26 @@ where
     sum.finish()
 }
 
-/// A second handle on every gradient of `grads` (no copy of the data).
+/// `grads` and a second handle on each of its gradients (no copy of the data).
 fn shared_copy<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
-    grads: &GradientsParams,
-) -> GradientsParams {
-    struct Share<'a> {
-        grads: &'a GradientsParams,
-        copy: GradientsParams,
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Share<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
-                self.copy.register(param.id, grad);
-            }
+    grads: GradientsParams,
+) -> (GradientsParams, GradientsParams) {
+    struct Share(GradientsParams);
+    impl<B: Backend> GradMap<B> for Share {
+        fn map<const D: usize>(
+            &mut self,
+            id: ParamId,
+            _: DType,
+            grad: Tensor<B, D>,
+        ) -> Option<Tensor<B, D>> {
+            self.0.register(id, grad.clone());
+            Some(grad)
         }
     }
-    let mut share = Share {
-        grads,
-        copy: GradientsParams::new(),
-    };
-    model.visit(&mut share);
-    share.copy
+    let mut share = Share(GradientsParams::new());
+    let (grads, _) = map_grads(model, grads, &mut share);
+    (grads, share.0)
 }
 
 /// The bytes of the module's float tensors.
@@ -301,22 +299,26 @@ fn module_bytes<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M) -> u64 {
     bytes.0
 }
 
-/// The bytes of the module's gradients in `grads`.
-fn grad_bytes<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M, grads: &GradientsParams) -> u64 {
-    struct Bytes<'a> {
-        grads: &'a GradientsParams,
-        bytes: u64,
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Bytes<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
-                self.bytes += tensor_bytes(&grad);
-            }
+/// `grads`, and the bytes of those that are gradients of the module's parameters.
+fn grad_bytes<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: GradientsParams,
+) -> (GradientsParams, u64) {
+    struct Bytes(u64);
+    impl<B: Backend> GradMap<B> for Bytes {
+        fn map<const D: usize>(
+            &mut self,
+            _: ParamId,
+            _: DType,
+            grad: Tensor<B, D>,
+        ) -> Option<Tensor<B, D>> {
+            self.0 += tensor_bytes(&grad);
+            Some(grad)
         }
     }
-    let mut bytes = Bytes { grads, bytes: 0 };
-    model.visit(&mut bytes);
-    bytes.bytes
+    let mut bytes = Bytes(0);
+    let (grads, _) = map_grads(model, grads, &mut bytes);
+    (grads, bytes.0)
 }
 
 fn tensor_bytes<B: burn::tensor::backend::Backend, const D: usize>(tensor: &Tensor<B, D>) -> u64 {

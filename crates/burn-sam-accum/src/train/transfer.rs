@@ -2,11 +2,11 @@
 //! host where its devices cannot exchange tensors
 //! ([`transfers_through_host`](burn_sam::strategy::transfers_through_host)).
 
-use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Device, Tensor};
-use burn_sam::strategy::transfers_through_host;
+use burn::tensor::{DType, Device, Tensor};
+use burn_sam::strategy::{map_grads, transfers_through_host, GradMap};
 
 fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B>) -> Tensor<B, D> {
     if tensor.device() == *device || !transfers_through_host::<B>(device) {
@@ -48,18 +48,16 @@ pub(super) fn grads_to<B: AutodiffBackend, M: AutodiffModule<B>>(
     if !transfers_through_host::<B>(device) {
         return grads.to_device(device, model);
     }
-    struct HostMove<'a, B: Backend> {
-        device: &'a Device<B>,
-        grads: GradientsParams,
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for HostMove<'_, B> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                self.grads.register(param.id, tensor_to(grad, self.device));
-            }
+    struct HostMove<'a, B: Backend>(&'a Device<B>);
+    impl<B: Backend> GradMap<B> for HostMove<'_, B> {
+        fn map<const D: usize>(
+            &mut self,
+            _: ParamId,
+            _: DType,
+            grad: Tensor<B, D>,
+        ) -> Option<Tensor<B, D>> {
+            Some(tensor_to(grad, self.0))
         }
     }
-    let mut host = HostMove { device, grads };
-    model.visit(&mut host);
-    host.grads
+    map_grads(model, grads, &mut HostMove::<B::InnerBackend>(device)).0
 }
