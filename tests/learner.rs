@@ -693,3 +693,41 @@ fn data_parallel_logs_its_traffic_once_per_epoch() {
     let log = log.lock().unwrap();
     assert!(log.contains(&expected), "{expected:?} not in {log:?}");
 }
+
+/// Momentum-SAM under `SamTraining`: one pass per step at the look-ahead `w~`, while the
+/// Learner's model (validated, saved, returned) stays at `w`; equal to stepping `Sam` directly,
+/// whose model is `w~` between steps.
+#[test]
+fn momentum_sam_trains_at_its_look_ahead_and_keeps_w() {
+    let config = SamConfig::new()
+        .with_rho(1.0)
+        .with_variant(SamVariant::MomentumSam { mu: 0.9 });
+    let model = model();
+    let optim = config.init(sgd());
+    let strategy = SamTraining::new(Default::default(), &optim);
+    let trained = run(
+        &artifacts("momentum-sam"),
+        train_loader(16, None),
+        1,
+        Learner::new(model.clone(), optim, 0.05),
+        Some(strategy),
+        None,
+    );
+
+    let mut direct = config.init(sgd());
+    let mut at_look_ahead = model;
+    let mut steps = 0;
+    for batch in train_loader(16, None).iter() {
+        let TrainOutput { grads, .. } = TrainStep::step(&at_look_ahead, batch);
+        at_look_ahead = direct.step(0.05, at_look_ahead, grads);
+        steps += 1;
+    }
+    assert_eq!((steps, direct.stats().steps), (8, 8), "one pass per step");
+    let w = direct.unperturbed(at_look_ahead.clone());
+    assert_eq!(
+        weights(&trained),
+        weights(&w.valid()),
+        "the Learner's model is w"
+    );
+    assert!(max_difference(&weights(&trained), &weights(&at_look_ahead.valid())) > 1e-4);
+}

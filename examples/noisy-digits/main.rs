@@ -2,7 +2,7 @@
 //!
 //! Trains an MLP on the UCI optical digits with symmetric label noise on the training labels
 //! and tests it on a fixed held-out set with clean labels, for SGD, SAM and ASAM, and on request
-//! GSAM, LookSAM and Friendly-SAM (the same SGD with momentum underneath), over several seeds. Prints a table, draws the test-accuracy
+//! GSAM, LookSAM, Friendly-SAM and Momentum-SAM (the same SGD with momentum underneath), over several seeds. Prints a table, draws the test-accuracy
 //! curves to an SVG file, and optionally writes the results as JSON.
 //!
 //! `cargo run --release --example noisy-digits -- --help`
@@ -66,6 +66,9 @@ pub struct Args {
     /// ASAM's radius (ASAM scales the perturbation by |w|: its rho is larger).
     #[arg(long, default_value_t = 2.0)]
     asam_rho: f64,
+    /// Momentum-SAM's radius (it perturbs along the momentum, by far more than SAM's rho).
+    #[arg(long, default_value_t = 1.0)]
+    msam_rho: f64,
     /// LookSAM: steps per cycle (one full SAM step, then one-pass steps).
     #[arg(long, default_value_t = 10)]
     looksam_k: usize,
@@ -84,8 +87,9 @@ pub struct Args {
     /// Hidden layer widths.
     #[arg(long, value_delimiter = ',', default_value = "256,256")]
     hidden: Vec<usize>,
-    /// Methods to compare: sgd, sam, asam, gsam, looksam, fsam (GSAM and Friendly-SAM with
-    /// their papers' defaults: alpha 0.01; sigma 1 and lambda 0.9).
+    /// Methods to compare: sgd, sam, asam, gsam, looksam, fsam, msam (GSAM and Friendly-SAM
+    /// with their papers' defaults: alpha 0.01; sigma 1 and lambda 0.9; Momentum-SAM with
+    /// SGD's momentum 0.9 and `--msam-rho`).
     #[arg(
         long,
         value_enum,
@@ -124,6 +128,7 @@ enum Method {
     Gsam,
     Looksam,
     Fsam,
+    Msam,
 }
 
 impl Method {
@@ -135,6 +140,7 @@ impl Method {
             Method::Gsam => "gsam",
             Method::Looksam => "looksam",
             Method::Fsam => "fsam",
+            Method::Msam => "msam",
         }
     }
 }
@@ -160,6 +166,9 @@ impl Args {
         if !(self.asam_rho > 0.0 && self.asam_rho.is_finite()) {
             return bad("asam-rho", &self.asam_rho, "> 0");
         }
+        if !(self.msam_rho > 0.0 && self.msam_rho.is_finite()) {
+            return bad("msam-rho", &self.msam_rho, "> 0");
+        }
         if self.looksam_k == 0 {
             return bad("looksam-k", &self.looksam_k, ">= 1");
         }
@@ -179,7 +188,7 @@ impl Args {
             return bad(
                 "methods",
                 &"(none)",
-                "one or more of sgd, sam, asam, gsam, looksam, fsam",
+                "one or more of sgd, sam, asam, gsam, looksam, fsam, msam",
             );
         }
         if !(1..1797).contains(&self.test_size) {
@@ -199,6 +208,7 @@ impl Args {
                 alpha: self.looksam_alpha,
             }),
             Method::Fsam => Some(SamVariant::friendly_sam()),
+            Method::Msam => Some(SamVariant::momentum_sam()),
         }
     }
 
@@ -206,6 +216,7 @@ impl Args {
         match method {
             Method::Sgd => None,
             Method::Asam => Some(self.asam_rho),
+            Method::Msam => Some(self.msam_rho),
             _ => Some(self.rho),
         }
     }

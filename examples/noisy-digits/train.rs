@@ -65,11 +65,17 @@ where
             model = step.expect("a training step").module;
         }
         seconds += start.elapsed().as_secs_f64();
-        test_accuracy.push(accuracy(&model.valid(), setup.test, setup.dtype));
+        // Momentum-SAM hands back its look-ahead: evaluate the weights behind it.
+        let weights = optimizer.optimizer().unperturbed(model.clone());
+        test_accuracy.push(accuracy(&weights.valid(), setup.test, setup.dtype));
         progress(epoch, *test_accuracy.last().unwrap());
     }
     Run {
-        train_accuracy: accuracy(&model.valid(), setup.train, setup.dtype),
+        train_accuracy: accuracy(
+            &optimizer.optimizer().unperturbed(model).valid(),
+            setup.train,
+            setup.dtype,
+        ),
         test_accuracy,
         epoch_seconds: seconds / setup.epochs as f64,
     }

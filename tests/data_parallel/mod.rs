@@ -343,11 +343,13 @@ pub fn synced_is_sam_on_the_union<B: AutodiffBackend>(devices: [Device<B>; 2]) {
 
 pub fn synced_runs_every_variant<B: AutodiffBackend>(devices: [Device<B>; 2]) {
     let model = model::<B>(&devices[0]);
-    // LookSAM every second step: full and one-pass steps both cross the replicas.
+    // LookSAM every second step: full and one-pass steps both cross the replicas. Momentum-SAM
+    // sends every replica the same look-ahead.
     let variants = [
         SamVariant::gsam(),
         SamVariant::LookSam { k: 2, alpha: 0.7 },
         SamVariant::friendly_sam(),
+        SamVariant::momentum_sam(),
     ];
     for variant in variants {
         let optim = || {

@@ -168,6 +168,7 @@ pub fn exact_sam_trajectory_equals_the_large_batch<B: AutodiffBackend>() {
         SamVariant::Gsam { alpha: 0.3 },
         SamVariant::LookSam { k: 2, alpha: 0.7 },
         SamVariant::friendly_sam(),
+        SamVariant::momentum_sam(),
     ] {
         let sam = || {
             let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new()));

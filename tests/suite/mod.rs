@@ -13,6 +13,7 @@ pub mod family;
 pub mod faults;
 pub mod misuse;
 pub mod mixed_precision;
+pub mod momentum_sam;
 pub mod parity;
 pub mod semantics;
 pub mod util;
@@ -70,6 +71,13 @@ macro_rules! backend_suite {
                 parity_fsam_sgd => family::run::<B>("fsam_sgd"),
                 parity_fsam_sgd_momentum => family::run::<B>("fsam_sgd_momentum"),
                 parity_sam_picked_sgd => family::run::<B>("sam_picked_sgd"),
+                parity_momentum_sam_sgd => momentum_sam::run::<B>("sgd"),
+                parity_momentum_sam_sgd_large_rho => momentum_sam::run::<B>("sgd_large_rho"),
+                parity_momentum_sam_sgd_weight_decay => momentum_sam::run::<B>("sgd_weight_decay"),
+                parity_momentum_sam_adamw => momentum_sam::run::<B>("adamw"),
+                parity_momentum_sam_adamw_weight_decay => momentum_sam::run::<B>("adamw_weight_decay"),
+                momentum_sam_overflow_changes_nothing => momentum_sam::overflow_changes_nothing::<B>(),
+                momentum_sam_record_resumes_exactly => momentum_sam::record_resumes_exactly::<B>(),
                 family_records_resume_every_variant_exactly => family::records_resume_every_variant_exactly::<B>(),
                 family_variants_reduce_to_sam => family::variants_reduce_to_sam::<B>(),
                 family_perturb_only_picks_by_type_and_path => family::perturb_only_picks_by_type_and_path::<B>(),
@@ -118,6 +126,7 @@ macro_rules! f16_suite {
                 faults_never_reach_the_weights_gsam => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::gsam(), 300),
                 faults_never_reach_the_weights_looksam => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::LookSam { k: 3, alpha: 0.7 }, 300),
                 faults_never_reach_the_weights_friendly_sam => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::friendly_sam(), 300),
+                faults_never_reach_the_weights_momentum_sam => mixed_precision::faults_never_reach_the_weights::<B>(burn_sam::SamVariant::momentum_sam(), 300),
                 underflowing_gradients_train_with_scaling => mixed_precision::underflowing_gradients_train_with_scaling::<B>(),
                 master_weights_keep_small_updates => mixed_precision::master_weights_keep_small_updates::<B>(),
                 record_round_trip_resumes_exactly => mixed_precision::record_round_trip_resumes_exactly::<B>(),

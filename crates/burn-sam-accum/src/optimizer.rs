@@ -56,6 +56,13 @@ pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M
         None
     }
 
+    /// The model to evaluate and save for `module`, a model this optimizer stepped: for
+    /// Momentum-SAM, the weights `w` behind the look-ahead it hands back
+    /// ([`Sam::unperturbed`]); `module` itself for every other optimizer.
+    fn unperturbed(&self, module: M) -> M {
+        module
+    }
+
     /// Runs the window's passes and steps `module` once with learning rate `lr`. On an error
     /// the module comes back as it was.
     fn step_window<T>(
@@ -150,6 +157,10 @@ where
 
     fn sam_config(&self) -> Option<&SamConfig> {
         Some(self.config())
+    }
+
+    fn unperturbed(&self, module: M) -> M {
+        Sam::unperturbed(self, module)
     }
 
     fn step_window<T>(

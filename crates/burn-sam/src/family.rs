@@ -20,6 +20,7 @@ use crate::grad_map::{map_grads, GradMap};
 use crate::norm::squared_norm;
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
+use crate::strategy::Passes;
 use crate::variant::SamVariant;
 
 /// The member of the SAM family and its state: LookSAM's position in its cycle, and by
@@ -32,6 +33,7 @@ pub(crate) struct FamilyRules {
     eps: f64,
     cycle: u64,
     state: ParamState<f64>,
+    rho: f64,
 }
 
 /// The state of a SAM variant, saved in [`SamRecord`](crate::SamRecord).
@@ -39,8 +41,11 @@ pub(crate) struct FamilyRules {
 pub struct VariantRecord {
     /// LookSAM: steps taken in its cycle (a full step at every multiple of `k`).
     pub cycle: u64,
-    /// Friendly-SAM's gradient momentum or LookSAM's direction `g_v`, per parameter.
+    /// Friendly-SAM's gradient momentum, LookSAM's direction `g_v` or Momentum-SAM's
+    /// momentum `v`, per parameter.
     pub tensors: Vec<ParamValuesRecord>,
+    /// Momentum-SAM: the radius of the look-ahead after the last step (0 for the others).
+    pub rho: f64,
 }
 
 /// One parameter's state tensor, flattened.
@@ -68,6 +73,7 @@ impl FamilyRules {
             eps,
             cycle: 0,
             state: ParamState::default(),
+            rho: 0.0,
         }
     }
 
@@ -75,8 +81,32 @@ impl FamilyRules {
     pub fn needs_ascent(&self) -> bool {
         match self.variant {
             SamVariant::LookSam { k, .. } => self.cycle.is_multiple_of(k as u64),
+            SamVariant::MomentumSam { .. } => false,
             _ => true,
         }
+    }
+
+    /// The passes the next step takes.
+    pub fn passes(&self) -> Passes {
+        match self.variant {
+            SamVariant::MomentumSam { .. } => Passes::LookAhead,
+            _ if self.needs_ascent() => Passes::Two,
+            _ => Passes::One,
+        }
+    }
+
+    /// Momentum-SAM's momentum `v` (unscaled), per parameter; empty before its first step.
+    pub fn momentum(&self) -> &ParamState<f64> {
+        &self.state
+    }
+
+    /// The radius of Momentum-SAM's look-ahead, set by each applied step.
+    pub fn look_ahead_rho(&self) -> f64 {
+        self.rho
+    }
+
+    pub fn set_look_ahead_rho(&mut self, rho: f64) {
+        self.rho = rho;
     }
 
     /// The ascent's direction from its gradient `grads`: `g - sigma * S * m` for Friendly-SAM
@@ -179,10 +209,20 @@ impl FamilyRules {
                 inverse_scale: 1.0 / f64::from(loss_scale),
                 state: ParamState::default(),
             },
+            SamVariant::MomentumSam { mu } => DescentRule::Momentum {
+                mu,
+                inverse_scale: 1.0 / f64::from(loss_scale),
+                old: &self.state,
+                new: ParamState::default(),
+            },
             _ => return grads,
         };
         let mut descent = DescentMap { ascent_grads, rule };
         let (out, _) = map_grads(module, grads, &mut descent);
+        if let DescentRule::Momentum { new, .. } = descent.rule {
+            self.state.extend(new);
+            return out;
+        }
         if let DescentRule::LookSamKeep { state, .. } = descent.rule {
             // A full step replaces every direction: a parameter without a gradient now has none.
             self.state = state;
@@ -202,6 +242,7 @@ impl FamilyRules {
     pub fn to_record<B: AutodiffBackend>(&self) -> VariantRecord {
         let tensors = self.state.to_values::<B::InnerBackend>().into_iter();
         VariantRecord {
+            rho: self.rho,
             cycle: self.cycle,
             tensors: tensors
                 .map(|(id, values)| ParamValuesRecord {
@@ -214,6 +255,7 @@ impl FamilyRules {
 
     pub fn load_record(&mut self, record: VariantRecord) {
         self.cycle = record.cycle;
+        self.rho = record.rho;
         let values = record.tensors.into_iter();
         self.state = ParamState::from_values(
             values.map(|tensor| (ParamId::deserialize(&tensor.id), tensor.values)),
@@ -348,6 +390,14 @@ enum DescentRule<'a, B: Backend> {
         alpha: f64,
         state: &'a ParamState<f64>,
     },
+    /// Momentum-SAM: steps with `g` unchanged and stores `v <- mu * v + g` (unscaled; `g`
+    /// on the first step).
+    Momentum {
+        mu: f64,
+        inverse_scale: f64,
+        old: &'a ParamState<f64>,
+        new: ParamState<f64>,
+    },
 }
 
 struct DescentMap<'a, B: Backend> {
@@ -395,6 +445,26 @@ impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
                     }
                     None => grad,
                 }
+            }
+            (
+                DescentRule::Momentum {
+                    mu,
+                    inverse_scale,
+                    old,
+                    new,
+                },
+                _,
+            ) => {
+                let unscaled = match *inverse_scale == 1.0 {
+                    true => grad.clone(),
+                    false => grad.clone().mul_scalar(*inverse_scale),
+                };
+                let momentum = match state_like(old, &id, &grad) {
+                    Some(momentum) => momentum.mul_scalar(*mu) + unscaled,
+                    None => unscaled,
+                };
+                new.insert(id, momentum);
+                grad
             }
             _ => grad,
         };

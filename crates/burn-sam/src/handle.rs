@@ -9,6 +9,7 @@ use burn::tensor::Tensor;
 
 use crate::float::widen;
 use crate::scaler::LossScaler;
+use crate::state::ParamState;
 use crate::strategy::{Handover, Passes};
 
 /// A shared view of an optimizer's loss scale and overflow count, and the way code that
@@ -48,6 +49,8 @@ pub(crate) struct Shared {
     pub passes: Passes,
     /// What a strategy hands the next `Optimizer::step` (taken by the optimizer).
     pub handover: Option<Handover>,
+    /// Momentum-SAM's momentum and radius, for the strategy's look-ahead.
+    pub look_ahead: Option<(ParamState<f64>, f64)>,
 }
 
 impl LossScaleHandle {
@@ -59,6 +62,7 @@ impl LossScaleHandle {
             loss_scaled: false,
             passes: Passes::One,
             handover: None,
+            look_ahead: None,
         })))
     }
 
@@ -110,6 +114,10 @@ impl LossScaleHandle {
 
     pub(crate) fn publish_passes(&self, passes: Passes) {
         self.shared().passes = passes;
+    }
+
+    pub(crate) fn publish_look_ahead(&self, look_ahead: Option<(ParamState<f64>, f64)>) {
+        self.shared().look_ahead = look_ahead;
     }
 
     /// Whether a loss was scaled since the last call.

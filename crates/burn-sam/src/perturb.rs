@@ -12,9 +12,10 @@ use crate::config::SamConfig;
 use crate::error::StepError;
 use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
-use crate::norm::{unscaled_norm, weighted};
+use crate::norm::{squared_norm, unscaled_norm, weighted};
 use crate::or_hand_back;
 use crate::param_map::ParamMap;
+use crate::state::ParamState;
 
 /// A module moved by [`perturb`].
 #[derive(Debug)]
@@ -116,6 +117,84 @@ where
     };
     let module = module.map(&mut perturb);
     Ok((module, perturb.snapshot, grad_norm))
+}
+
+/// Momentum-SAM's look-ahead: moves every parameter with a momentum in `momentum` from `w`
+/// to `w - rho * v / (||v|| + 1e-12)` (the norm global, kept on the device: no read), and
+/// returns the moved module with the weights it moved, `None` without a momentum.
+pub(crate) fn look_ahead_by<M, B>(
+    module: M,
+    momentum: &ParamState<f64>,
+    rho: f64,
+) -> (M, Option<ParamMap>)
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    struct SquaredNorm<'a, B: Backend> {
+        momentum: &'a ParamState<f64>,
+        sum: Option<Tensor<B, 1>>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) else {
+                return;
+            };
+            let squares = squared_norm(v);
+            self.sum = Some(match self.sum.take() {
+                Some(sum) => sum + squares,
+                None => squares,
+            });
+        }
+    }
+    let mut norm = SquaredNorm::<B::InnerBackend> {
+        momentum,
+        sum: None,
+    };
+    module.visit(&mut norm);
+    let Some(squares) = norm.sum else {
+        return (module, None);
+    };
+    let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(rho);
+    let mut look_ahead = LookAhead {
+        momentum,
+        scale,
+        snapshot: ParamMap::default(),
+    };
+    let module = module.map(&mut look_ahead);
+    (module, Some(look_ahead.snapshot))
+}
+
+/// The momentum of `id`, shaped like `weight`, in the widened float type.
+fn momentum_of<B: Backend, const D: usize>(
+    momentum: &ParamState<f64>,
+    weight: &Tensor<B, D>,
+    id: ParamId,
+) -> Option<Tensor<B, D>> {
+    let dtype = widen(weight.clone()).dtype();
+    momentum.get(&id, weight.shape(), &weight.device(), dtype)
+}
+
+struct LookAhead<'a, B: Backend> {
+    momentum: &'a ParamState<f64>,
+    scale: Tensor<B, 1>,
+    snapshot: ParamMap,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let weight = tensor.clone().inner();
+        let Some(v) = momentum_of(self.momentum, &weight, id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
+        let require_grad = tensor.is_require_grad();
+        let dtype = weight.dtype();
+        self.snapshot.insert(id, tensor);
+        let step = v * self.scale.clone().reshape([1; D]);
+        let moved = (widen(weight) - step).cast(dtype);
+        Param::from_mapped_value(id, tracked(Tensor::from_inner(moved), require_grad), mapper)
+    }
 }
 
 /// Moves every parameter with a gradient (that `picked` holds, when given) to

@@ -13,10 +13,10 @@ use crate::handle::LossScaleHandle;
 use crate::merge::merge_devices;
 use crate::or_hand_back;
 use crate::param_map::ParamMap;
-use crate::perturb::{move_along, snapshot_covers, sync_running_states, Restore};
+use crate::perturb::{look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
 use crate::state::ParamState;
-use crate::strategy::{check_handed_scale, Handover, Passes};
+use crate::strategy::{check_handed_scale, Handover};
 use crate::variant::SamVariant;
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
@@ -73,6 +73,8 @@ pub struct Sam<O> {
     stats: SamStats,
     precision: MixedPrecision,
     family: FamilyRules,
+    /// Momentum-SAM: the weights `w` of the module last handed out at `w~`.
+    look_ahead: Option<ParamMap>,
 }
 
 /// What the ascent leaves for the descent.
@@ -130,8 +132,8 @@ pub enum StepOutcome {
     AscentSkipped,
     /// The descent gradient was not finite: weights and base optimizer state are unchanged.
     UpdateSkipped,
-    /// A one-pass LookSAM step: stepped with the gradient at the weights plus the direction
-    /// kept by the last full step.
+    /// A one-pass step: LookSAM's, stepped with the gradient at the weights plus the direction
+    /// kept by the last full step, or Momentum-SAM's, with the gradient at its look-ahead.
     SinglePass,
 }
 
@@ -177,6 +179,7 @@ impl<O> Sam<O> {
             pending: None,
             stats: SamStats::default(),
             precision,
+            look_ahead: None,
         };
         sam.publish_passes();
         sam
@@ -220,13 +223,122 @@ impl<O> Sam<O> {
         self.stats
     }
 
-    /// Tells strategies how many passes the next step takes.
+    /// Tells strategies how many passes the next step takes, and Momentum-SAM's look-ahead.
     fn publish_passes(&self) {
-        let passes = match self.family.needs_ascent() {
-            true => Passes::Two,
-            false => Passes::One,
+        let handle = self.precision.handle();
+        handle.publish_passes(self.family.passes());
+        if self.is_momentum_sam() {
+            let rho = self.family.look_ahead_rho();
+            handle.publish_look_ahead(Some((self.family.momentum().clone(), rho)));
+        }
+    }
+
+    fn is_momentum_sam(&self) -> bool {
+        matches!(self.config.variant, SamVariant::MomentumSam { .. })
+    }
+
+    /// Momentum-SAM: the model to take the next gradient at, `w~ = w - rho * v / (||v|| +
+    /// 1e-12)`, from the model at `w` (the whole step's model is then `w~`, and `w` is kept
+    /// to step from); `module` itself for the other variants and before the first step.
+    ///
+    /// Through [`Sam::step_with`], [`Sam::descend`] and `Optimizer::step`, Momentum-SAM hands
+    /// back the model at `w~`: each step restores `w` exactly, steps it, and moves to the next
+    /// `w~`. Evaluate and save [`Sam::unperturbed`]; after loading a saved model and record,
+    /// call `look_ahead` before the first pass. (`SamTraining` keeps the model at `w` and
+    /// does this itself.)
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::momentum::MomentumConfig;
+    /// use burn::optim::SgdConfig;
+    /// use burn::tensor::Tensor;
+    /// use burn_sam::{SamConfig, SamVariant};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let mut model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+    /// let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
+    /// let mut sam = SamConfig::new()
+    ///     .with_rho(0.5)
+    ///     .with_variant(SamVariant::momentum_sam())
+    ///     .init(sgd.init());
+    /// let x = Tensor::<B, 2>::ones([4, 3], &device);
+    /// for _ in 0..3 {
+    ///     // One pass per step, at w~.
+    ///     let loss = |m: &Linear<B>| m.forward(x.clone()).powi_scalar(2).mean();
+    ///     model = sam.step_with(0.1, model, loss).unwrap().module;
+    /// }
+    /// // `model` is at w~; evaluate and save the weights w.
+    /// let weights = sam.unperturbed(model.clone());
+    /// assert_ne!(weights.weight.val().into_data(), model.weight.val().into_data());
+    /// ```
+    pub fn look_ahead<M, B>(&mut self, module: M) -> M
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        if !self.is_momentum_sam() {
+            return module;
+        }
+        let rho = self.family.look_ahead_rho();
+        let (module, snapshot) = look_ahead_by(module, self.family.momentum(), rho);
+        self.look_ahead = snapshot;
+        module
+    }
+
+    /// Momentum-SAM: the model at `w` for `module` at `w~` (the module a step handed back);
+    /// `module` itself otherwise. See [`Sam::look_ahead`].
+    pub fn unperturbed<M, B>(&self, module: M) -> M
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        match &self.look_ahead {
+            Some(snapshot) => module.map(&mut Restore {
+                snapshot: snapshot.clone(),
+            }),
+            None => module,
+        }
+    }
+
+    /// A Momentum-SAM step: `module` at `w~` (`at_weights` false: a direct call; `w` comes back
+    /// from the kept weights) or at `w` (a strategy's hand-over). Steps `w` with `grads` and
+    /// hands back the next `w~`, or `w` to a strategy, which looks ahead through its link. A
+    /// skipped step or an error hands `module` back as it came.
+    fn step_look_ahead<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        at_weights: bool,
+    ) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let given = module.clone();
+        let weights = match (&self.look_ahead, at_weights) {
+            (Some(snapshot), false) => module.map(&mut Restore {
+                snapshot: snapshot.clone(),
+            }),
+            _ => module,
         };
-        self.precision.handle().publish_passes(passes);
+        let (weights, report) = match self.step_descent(lr, weights, grads, Descent::SinglePass) {
+            Ok(stepped) => stepped,
+            Err(error) => return Err(StepError::new(given, error.error)),
+        };
+        if !report.outcome.applied() {
+            return Ok((given, report));
+        }
+        self.family.set_look_ahead_rho(self.config.rho_at(lr));
+        self.publish_passes();
+        if at_weights {
+            self.look_ahead = None;
+            return Ok((weights, report));
+        }
+        Ok((self.look_ahead(weights), report))
     }
 
     /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
@@ -325,6 +437,9 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
+        if self.is_momentum_sam() {
+            return self.step_look_ahead(lr, module, grads, false);
+        }
         let descent = match self.pending.is_some() {
             true => Descent::AfterAscent,
             false => Descent::SinglePass,
@@ -588,6 +703,9 @@ impl<O> Sam<O> {
         or_hand_back!(check_handed_scale(handover.loss_scale(), expected), module);
         self.precision.handle().vouch_scaled();
         match handover {
+            Handover::Gradient { .. } if self.is_momentum_sam() => self
+                .step_look_ahead(lr, module, grads, true)
+                .map(|(module, _)| module),
             Handover::Gradient { .. } => self.next_phase(lr, module, grads),
             Handover::LocalDescent { .. } => self
                 .descend_local(lr, module, grads)
@@ -686,6 +804,7 @@ where
         self.family.load_record(own.variant);
         self.publish_passes();
         self.pending = None;
+        self.look_ahead = None;
         self
     }
 }

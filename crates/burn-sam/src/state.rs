@@ -19,6 +19,14 @@ pub(crate) struct ParamState<E> {
     element: PhantomData<E>,
 }
 
+impl<E> std::fmt::Debug for ParamState<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParamState")
+            .field("params", &self.map.iter().count())
+            .finish()
+    }
+}
+
 impl<E> Default for ParamState<E> {
     fn default() -> Self {
         Self {

@@ -19,6 +19,8 @@
 //! 4. N replicas, local ascents (on [`Passes::Two`]): each replica moves its copy by its own
 //!    gradient ([`perturb`]) and takes the gradient there; their mean is handed over as
 //!    [`Handover::LocalDescent`], and one `Optimizer::step` steps `w`.
+//! 5. Momentum-SAM ([`Passes::LookAhead`]): one pass at `link.look_ahead(model)`, handed over
+//!    as `Handover::Gradient`; `Optimizer::step` gets the model at `w` and steps it.
 //!
 //! A `step` with nothing handed over is a direct call: [`Sam`] then alternates ascent and
 //! descent itself, warns once that Burn's own strategies do not run SAM, and needs
@@ -31,6 +33,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use crate::error::{SamError, StepError};
 use crate::handle::LossScaleHandle;
+use crate::perturb::look_ahead_by;
 use crate::sam::{PendingAscent, Sam, StepReport};
 
 pub use crate::float::widen;
@@ -47,13 +50,16 @@ pub enum Passes {
     One,
     /// Two: SAM's ascent at `w`, then its descent at `w + e`.
     Two,
+    /// One, at the model [`StepLink::look_ahead`] moves (Momentum-SAM's `w~`); the module
+    /// `Optimizer::step` gets stays at `w`.
+    LookAhead,
 }
 
 impl Passes {
     /// 1 or 2.
     pub fn count(self) -> usize {
         match self {
-            Self::One => 1,
+            Self::One | Self::LookAhead => 1,
             Self::Two => 2,
         }
     }
@@ -132,6 +138,17 @@ impl StepLink {
     /// Says what the next `Optimizer::step` call gets, just before making it.
     pub fn hand_over(&self, handover: Handover) {
         self.0.shared().handover = Some(handover);
+    }
+
+    /// The model to take the next step's gradient at, for a step of [`Passes::LookAhead`]
+    /// (Momentum-SAM's `w~ = w - rho * v / (||v|| + 1e-12)`); `model` itself otherwise. The
+    /// model the strategy keeps, validates and saves stays at `w`.
+    pub fn look_ahead<B: AutodiffBackend, M: AutodiffModule<B>>(&self, model: M) -> M {
+        let look_ahead = self.0.shared().look_ahead.clone();
+        match look_ahead {
+            Some((momentum, rho)) => look_ahead_by(model, &momentum, rho).0,
+            None => model,
+        }
     }
 
     /// The optimizer's loss scale and overflows.

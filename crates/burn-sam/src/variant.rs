@@ -5,8 +5,8 @@ use burn::config::Config;
 use crate::error::ConfigError;
 
 /// Which member of the SAM family a [`Sam`](crate::Sam) optimizer runs. Each changes SAM in
-/// one place: the direction of the ascent (Friendly-SAM), the gradient the base optimizer
-/// steps with (GSAM), or which steps take the second pass (LookSAM). Loss scaling, master
+/// one place: the direction of the ascent (Friendly-SAM, Momentum-SAM), the gradient the base
+/// optimizer steps with (GSAM), or which steps take the second pass (LookSAM, Momentum-SAM). Loss scaling, master
 /// weights, overflow handling, accumulation and the Learner strategies work the same for all.
 ///
 /// ```
@@ -47,6 +47,18 @@ pub enum SamVariant {
         /// Decay of the gradient momentum. Allowed: in `[0, 1]`.
         lambda: f64,
     },
+    /// Momentum-SAM (Becker, Altrock, Risse, 2024): **one pass per step**. The gradient of
+    /// step t is taken at `w~ = w - rho * v / (||v|| + 1e-12)`, where `v` is the momentum of
+    /// the gradients (`v <- mu * v + g`, starting at 0, so the first step's gradient is at
+    /// `w`); the base optimizer steps `w` with it. With SGD of momentum `mu` (or Adam's
+    /// `beta_1` as `mu`), `v` points where the base optimizer's momentum points. Its radius is
+    /// far larger than SAM's: the authors use `rho` 3 with SGD at learning rate 0.5 and 1
+    /// with AdamW. What the model is between steps: see [`Sam::look_ahead`](crate::Sam::look_ahead).
+    MomentumSam {
+        /// Decay of the momentum `v`; the base optimizer's momentum (or `beta_1`). Allowed: in
+        /// `[0, 1)`.
+        mu: f64,
+    },
 }
 
 impl SamVariant {
@@ -68,6 +80,11 @@ impl SamVariant {
         }
     }
 
+    /// Momentum-SAM with the momentum of SGD's usual 0.9.
+    pub fn momentum_sam() -> Self {
+        Self::MomentumSam { mu: 0.9 }
+    }
+
     /// The variant's short name, as the examples and logs print it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -75,6 +92,7 @@ impl SamVariant {
             Self::Gsam { .. } => "GSAM",
             Self::LookSam { .. } => "LookSAM",
             Self::FriendlySam { .. } => "Friendly-SAM",
+            Self::MomentumSam { .. } => "Momentum-SAM",
         }
     }
 
@@ -94,6 +112,7 @@ impl SamVariant {
                 check("sigma", sigma, "finite and >= 0", non_negative(sigma))?;
                 check("lambda", lambda, "in [0, 1]", (0.0..=1.0).contains(&lambda))
             }
+            Self::MomentumSam { mu } => check("mu", mu, "in [0, 1)", (0.0..1.0).contains(&mu)),
         }
     }
 }
@@ -169,11 +188,15 @@ mod tests {
         let fsam = |sigma, lambda| SamVariant::FriendlySam { sigma, lambda };
         assert_eq!(field(fsam(-1.0, 0.9)), "sigma");
         assert_eq!(field(fsam(1.0, 1.5)), "lambda");
+        assert_eq!(field(SamVariant::MomentumSam { mu: 1.0 }), "mu");
+        assert_eq!(field(SamVariant::MomentumSam { mu: f64::NAN }), "mu");
         for variant in [
             SamVariant::Sam,
             SamVariant::gsam(),
             SamVariant::look_sam(),
             SamVariant::friendly_sam(),
+            SamVariant::momentum_sam(),
+            SamVariant::MomentumSam { mu: 0.0 },
             SamVariant::LookSam { k: 1, alpha: 0.0 },
         ] {
             assert!(variant.validate().is_ok(), "{variant:?}");

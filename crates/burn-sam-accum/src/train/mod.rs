@@ -297,7 +297,8 @@ where
         loss_scale: Option<f32>,
         local: LocalAscent<'_>,
     ) -> (GradientsParams, Vec<Vec<Output<LC>>>) {
-        let model = learner.model();
+        // Momentum-SAM's passes run at its look-ahead; the learner's model stays at `w`.
+        let model = self.link.look_ahead(learner.model());
         let combined = self
             .replicas
             .gradient(&model, shards, weights, loss_scale, local);

@@ -1,0 +1,247 @@
+//! Momentum-SAM against the method written out in float64 (`reference/momentum_sam_reference.py`
+//! wrote `tests/fixtures/momentum_sam_reference.json`): SGD and AdamW flavours, `w` and `w~`
+//! after every step; and what it promises beyond a trajectory: one pass per step, overflows that
+//! change nothing, records that resume exactly.
+
+use std::collections::HashMap;
+
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamWConfig, Optimizer, SgdConfig};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+use burn_sam::{LossScalerConfig, Sam, SamConfig, SamVariant, StepOutcome};
+use burn_sam_suite::{load_record, record_bytes, Mlp};
+use serde::Deserialize;
+
+use super::parity::{fixture_case, reference_model, tensor};
+use super::util::{
+    assert_close, batch_grads, mse, narrow_scalars, poison, problem, tensors, tolerance,
+};
+
+#[derive(Deserialize)]
+struct Step {
+    weights: Vec<Vec<f64>>,
+    perturbed: Vec<Vec<f64>>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    flavour: String,
+    sizes: Vec<usize>,
+    rho: f64,
+    lr: f64,
+    options: HashMap<String, f64>,
+    init: Vec<Vec<f64>>,
+    x: Vec<f64>,
+    y: Vec<f64>,
+    batch: usize,
+    trajectory: Vec<Step>,
+}
+
+impl Case {
+    fn batch<B: AutodiffBackend>(&self, step: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let (d_in, d_out) = (self.sizes[0], *self.sizes.last().unwrap());
+        let x = &self.x[step * self.batch * d_in..(step + 1) * self.batch * d_in];
+        let y = &self.y[step * self.batch * d_out..(step + 1) * self.batch * d_out];
+        (
+            tensor::<B, 2>(x, [self.batch, d_in]),
+            tensor::<B, 2>(y, [self.batch, d_out]),
+        )
+    }
+}
+
+/// The case's optimizer: Momentum-SAM over SGD with momentum `mu` (no dampening) or AdamW
+/// (`mu = beta_1`), with the case's weight decay.
+macro_rules! with_optimizer {
+    ($case:expr, $B:ty, |$sam:ident| $body:expr) => {{
+        let case = $case;
+        let decay = case.options["weight_decay"];
+        match case.flavour.as_str() {
+            "sgd" => {
+                let mu = case.options["momentum"];
+                let momentum = MomentumConfig::new().with_momentum(mu).with_dampening(0.0);
+                let base = SgdConfig::new()
+                    .with_momentum(Some(momentum))
+                    .with_weight_decay((decay != 0.0).then(|| WeightDecayConfig::new(decay as f32)))
+                    .init::<$B, Mlp<$B>>();
+                let $sam = config(case.rho, mu).init(base);
+                $body
+            }
+            _ => {
+                let mu = case.options["beta_1"];
+                let base = AdamWConfig::new()
+                    .with_beta_1(mu as f32)
+                    .with_beta_2(case.options["beta_2"] as f32)
+                    .with_epsilon(case.options["eps"] as f32)
+                    .with_weight_decay(decay as f32)
+                    .init::<$B, Mlp<$B>>();
+                let $sam = config(case.rho, mu).init(base);
+                $body
+            }
+        }
+    }};
+}
+
+fn config(rho: f64, mu: f64) -> SamConfig {
+    SamConfig::new()
+        .with_rho(rho)
+        .with_variant(SamVariant::MomentumSam { mu })
+}
+
+/// The f64 backends to 1e-12, the others to their usual tolerance.
+fn momentum_tolerance<B: AutodiffBackend>() -> f64 {
+    let tolerance = tolerance::<B>();
+    if tolerance <= 1e-10 {
+        1e-12
+    } else {
+        tolerance
+    }
+}
+
+fn follow<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(name: &str, case: &Case, mut sam: Sam<O>) {
+    let tolerance = momentum_tolerance::<B>();
+    let mut model = reference_model::<B>(&case.sizes, &case.init);
+    let mut calls = 0;
+    for (step, expected) in case.trajectory.iter().enumerate() {
+        let (x, y) = case.batch::<B>(step);
+        let loss = |model: &Mlp<B>| {
+            calls += 1;
+            mse(model.forward(x.clone()), y.clone())
+        };
+        let step_result = sam.step_with(case.lr, model, loss).unwrap();
+        assert_eq!(step_result.report.outcome, StepOutcome::SinglePass);
+        model = step_result.module;
+        let what = format!("{name} step {}", step + 1);
+        assert_close(
+            &tensors(&model),
+            &expected.perturbed,
+            tolerance,
+            &format!("{what}: w~"),
+        );
+        let weights = sam.unperturbed(model.clone());
+        assert_close(
+            &tensors(&weights),
+            &expected.weights,
+            tolerance,
+            &format!("{what}: w"),
+        );
+    }
+    assert_eq!(calls, case.trajectory.len(), "{name}: one pass per step");
+}
+
+pub fn run<B: AutodiffBackend>(name: &str) {
+    let case: Case = fixture_case(
+        include_str!("../fixtures/momentum_sam_reference.json"),
+        name,
+    );
+    with_optimizer!(&case, B, |sam| follow::<B, _>(name, &case, sam));
+    // Through `Optimizer::step`, one call per batch, as generic code steps any optimizer.
+    with_optimizer!(&case, B, |sam| {
+        let mut sam = sam;
+        let mut model = reference_model::<B>(&case.sizes, &case.init);
+        for (step, expected) in case.trajectory.iter().enumerate() {
+            let grads = batch_grads(&model, &case.batch::<B>(step));
+            model = sam.step(case.lr, model, grads);
+            let what = format!("{name} step {} (Optimizer::step)", step + 1);
+            let tolerance = momentum_tolerance::<B>();
+            assert_close(&tensors(&model), &expected.perturbed, tolerance, &what);
+        }
+    });
+}
+
+/// An overflow (an infinite gradient under loss scaling) changes nothing: the model handed back
+/// is the one given (`w~`), `w`, the momentum and the next look-ahead are as before, and the
+/// run goes on as if the batch had not been seen; the scale halves once.
+pub fn overflow_changes_nothing<B: AutodiffBackend>() {
+    let problem = problem::<B>(4);
+    let scaling = LossScalerConfig::new().with_init_scale(1024.0);
+    let sgd = || {
+        let momentum = MomentumConfig::new().with_dampening(0.0);
+        SgdConfig::new()
+            .with_momentum(Some(momentum))
+            .init::<B, Mlp<B>>()
+    };
+    let sam = |scaling: LossScalerConfig| {
+        config(0.5, 0.9)
+            .with_loss_scaling(Some(scaling))
+            .init(sgd())
+    };
+    let scaled = |sam: &Sam<_>, model: &Mlp<B>, batch| {
+        let (x, y): &(Tensor<B, 2>, Tensor<B, 2>) = batch;
+        let loss = sam.scale_loss(mse(model.forward(x.clone()), y.clone()));
+        burn::optim::GradientsParams::from_grads(loss.backward(), model)
+    };
+    let (mut with_fault, mut clean) = (sam(scaling.clone()), sam(scaling));
+    let (mut a, mut b) = (problem.model.clone(), problem.model);
+    for (step, batch) in problem.batches.iter().enumerate() {
+        if step == 2 {
+            let before = tensors(&a);
+            let mut grads = scaled(&with_fault, &a, batch);
+            poison(&a, &mut grads, f64::INFINITY);
+            let (after, report) = with_fault.descend(0.1, a, grads).unwrap();
+            assert_eq!(report.outcome, StepOutcome::UpdateSkipped);
+            assert_eq!(tensors(&after), before, "the model handed back");
+            assert_eq!(with_fault.loss_scale(), 512.0);
+            a = after;
+        }
+        let grads = scaled(&with_fault, &a, batch);
+        a = with_fault.descend(0.1, a, grads).unwrap().0;
+        let grads = scaled(&clean, &b, batch);
+        b = clean.descend(0.1, b, grads).unwrap().0;
+        assert_eq!(tensors(&a), tensors(&b), "step {step}: w~");
+        let (wa, wb) = (
+            with_fault.unperturbed(a.clone()),
+            clean.unperturbed(b.clone()),
+        );
+        assert_eq!(tensors(&wa), tensors(&wb), "step {step}: w");
+    }
+    assert_eq!(with_fault.stats().updates_skipped, 1);
+}
+
+/// Saving `w` and the record, then loading both and looking ahead, continues the run bitwise.
+pub fn record_resumes_exactly<B: AutodiffBackend>() {
+    let problem = problem::<B>(8);
+    let sgd = || {
+        let momentum = MomentumConfig::new().with_dampening(0.0);
+        SgdConfig::new()
+            .with_momentum(Some(momentum))
+            .init::<B, Mlp<B>>()
+    };
+    let config =
+        config(0.5, 0.9).with_rho_schedule(Some(burn_sam::RhoSchedule::new(0.0, 0.2, 0.1)));
+    let lr = |step: usize| 0.2 - 0.02 * step as f64;
+    let mut uninterrupted = config.init(sgd());
+    let mut model = problem.model.clone();
+    for (step, batch) in problem.batches.iter().enumerate() {
+        let grads = batch_grads(&model, batch);
+        model = uninterrupted.step(lr(step), model, grads);
+    }
+
+    let mut first = config.init(sgd());
+    let mut resumed = problem.model;
+    for (step, batch) in problem.batches.iter().enumerate().take(4) {
+        let grads = batch_grads(&resumed, batch);
+        resumed = first.step(lr(step), resumed, grads);
+    }
+    let saved = first.unperturbed(resumed);
+    let record = load_record::<B, _>(record_bytes::<B, _>(Optimizer::<Mlp<B>, B>::to_record(
+        &first,
+    )));
+    let mut second = config.init(sgd()).load_record(record);
+    let mut resumed = second.look_ahead(saved);
+    for (step, batch) in problem.batches.iter().enumerate().skip(4) {
+        let grads = batch_grads(&resumed, batch);
+        resumed = second.step(lr(step), resumed, grads);
+    }
+    let weights = second.unperturbed(resumed.clone());
+    let expected = uninterrupted.unperturbed(model.clone());
+    // A backend whose records hold f32 scalars for f64 tensors (Flex) resumes to their precision.
+    if narrow_scalars::<B>() {
+        assert_close(&tensors(&resumed), &tensors(&model), 1e-8, "w~");
+        assert_close(&tensors(&weights), &tensors(&expected), 1e-8, "w");
+    } else {
+        assert_eq!(tensors(&resumed), tensors(&model), "w~");
+        assert_eq!(tensors(&weights), tensors(&expected), "w");
+    }
+}
