@@ -13,7 +13,7 @@ use burn_sam::{RhoSchedule, Sam, SamConfig, SamVariant};
 use burn_sam_suite::{load_record, record_bytes, Mlp};
 use serde::Deserialize;
 
-use super::parity::{fixture_case, reference_model, tensor, torch_sgd};
+use super::parity::{fixture_batch, fixture_case, reference_model, torch_sgd};
 use super::util::{assert_close, batch_grads, mse, narrow_scalars, problem, tensors, tolerance};
 
 #[derive(Deserialize)]
@@ -64,13 +64,7 @@ impl Case {
     }
 
     fn batch<B: AutodiffBackend>(&self, step: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
-        let (d_in, d_out) = (self.sizes[0], *self.sizes.last().unwrap());
-        let x = &self.x[step * self.batch * d_in..(step + 1) * self.batch * d_in];
-        let y = &self.y[step * self.batch * d_out..(step + 1) * self.batch * d_out];
-        (
-            tensor::<B, 2>(x, [self.batch, d_in]),
-            tensor::<B, 2>(y, [self.batch, d_out]),
-        )
+        fixture_batch(&self.sizes, &self.x, &self.y, self.batch, step)
     }
 }
 

@@ -14,7 +14,7 @@ use burn_sam::{LossScalerConfig, Sam, SamConfig, SamVariant, StepOutcome};
 use burn_sam_suite::{load_record, record_bytes, Mlp};
 use serde::Deserialize;
 
-use super::parity::{fixture_case, reference_model, tensor};
+use super::parity::{fixture_batch, fixture_case, reference_model};
 use super::util::{
     assert_close, batch_grads, mse, narrow_scalars, poison, problem, tensors, tolerance,
 };
@@ -41,13 +41,7 @@ struct Case {
 
 impl Case {
     fn batch<B: AutodiffBackend>(&self, step: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
-        let (d_in, d_out) = (self.sizes[0], *self.sizes.last().unwrap());
-        let x = &self.x[step * self.batch * d_in..(step + 1) * self.batch * d_in];
-        let y = &self.y[step * self.batch * d_out..(step + 1) * self.batch * d_out];
-        (
-            tensor::<B, 2>(x, [self.batch, d_in]),
-            tensor::<B, 2>(y, [self.batch, d_out]),
-        )
+        fixture_batch(&self.sizes, &self.x, &self.y, self.batch, step)
     }
 }
 

@@ -63,6 +63,24 @@ pub fn tensor<B: AutodiffBackend, const D: usize>(
     Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
 }
 
+/// Batch `step` of a fixture's inputs `x` and targets `y` (flattened, `batch` rows a step) for
+/// an MLP of layer `sizes`.
+pub fn fixture_batch<B: AutodiffBackend>(
+    sizes: &[usize],
+    x: &[f64],
+    y: &[f64],
+    batch: usize,
+    step: usize,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let (d_in, d_out) = (sizes[0], *sizes.last().unwrap());
+    let x = &x[step * batch * d_in..(step + 1) * batch * d_in];
+    let y = &y[step * batch * d_out..(step + 1) * batch * d_out];
+    (
+        tensor::<B, 2>(x, [batch, d_in]),
+        tensor::<B, 2>(y, [batch, d_out]),
+    )
+}
+
 /// The MLP of layer `sizes` with the reference's initial weights (Burn's layout).
 pub fn reference_model<B: AutodiffBackend>(sizes: &[usize], init: &[Vec<f64>]) -> Mlp<B> {
     let mut model: Mlp<B> = MlpConfig::new(sizes.to_vec()).init(&Default::default());
@@ -87,7 +105,6 @@ pub fn torch_sgd<B: AutodiffBackend>(options: &HashMap<String, f64>) -> impl Opt
 
 /// Runs the case through `Optimizer::step`, twice per batch, and compares every step.
 fn follow<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(case: &Case, mut optim: O) {
-    let (d_in, d_out) = (case.sizes[0], *case.sizes.last().unwrap());
     let lr = case.options["lr"];
     let mut model = reference_model::<B>(&case.sizes, &case.init);
     // Burn's Adam computes its bias corrections `sqrt(1 - beta_2^t)` from f32 hyperparameters
@@ -98,12 +115,7 @@ fn follow<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(case: &Case, mut optim: O
         _ => tolerance::<B>(),
     };
     for (step, expected) in case.trajectory.iter().enumerate() {
-        let x = &case.x[step * case.batch * d_in..(step + 1) * case.batch * d_in];
-        let y = &case.y[step * case.batch * d_out..(step + 1) * case.batch * d_out];
-        let (x, y) = (
-            tensor::<B, 2>(x, [case.batch, d_in]),
-            tensor::<B, 2>(y, [case.batch, d_out]),
-        );
+        let (x, y) = fixture_batch::<B>(&case.sizes, &case.x, &case.y, case.batch, step);
         for _pass in 0..2 {
             let loss = mse(model.forward(x.clone()), y.clone());
             let grads = grads(&model, loss);
