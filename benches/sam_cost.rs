@@ -4,21 +4,25 @@
 //! SAM and an ASAM step, a step of each SAM variant (GSAM, LookSAM with k = 10, Friendly-SAM;
 //! their defaults), an f16 SAM step with and without loss scaling (where the backend has
 //! f16), and gradient accumulation (k = 4 micro-batches against one batch of 4b, with the peak
-//! heap memory of one step). Also the device reads burn-sam makes per SAM step. Criterion
-//! groups are named `<backend>-<model>`. `cargo xtask bench` runs this and prints the ratios.
+//! heap memory of one step). Momentum-SAM (mu 0.9) against its own base, SGD with momentum
+//! 0.9, with one element-wise pass over every parameter to count a step's passes by time, the
+//! parameter-sized buffers each step allocates, and peak heap with and without the optimizer
+//! state. Also the device reads burn-sam makes per SAM step. Criterion groups are named
+//! `<backend>-<model>`. `cargo xtask bench` runs this and prints the ratios.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::backend::Autodiff;
+use burn::optim::momentum::MomentumConfig;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
 use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::MicroBatch;
 use burn_sam_suite::bench::{
-    accumulated_step, base_step, batch, copy_as, paired_medians, sam_step, two_passes_step,
-    window_passes_step, CnnConfig, Net, Timed, MLP_100K, MLP_2M,
+    accumulated_step, base_step, batch, copy_as, largest_param, paired_medians, param_pass_step,
+    sam_step, two_passes_step, window_passes_step, CnnConfig, Net, Timed, MLP_100K, MLP_2M,
 };
 use burn_sam_suite::{Mlp, MlpConfig};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -28,6 +32,9 @@ struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Allocations of exactly `TRACKED_SIZE` bytes (the largest parameter's, in f32) so far.
+static TRACKED_SIZE: AtomicUsize = AtomicUsize::new(0);
+static TRACKED: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: forwards to `System`, only counting sizes.
 #[allow(unsafe_code)]
@@ -37,6 +44,9 @@ unsafe impl GlobalAlloc for Counting {
         if !ptr.is_null() {
             let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(live, Ordering::Relaxed);
+            if layout.size() == TRACKED_SIZE.load(Ordering::Relaxed) {
+                TRACKED.fetch_add(1, Ordering::Relaxed);
+            }
         }
         ptr
     }
@@ -50,12 +60,19 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Heap bytes above those live at the start that `f` needed at its peak.
-fn peak_bytes(f: impl FnOnce()) -> usize {
-    let start = LIVE.load(Ordering::Relaxed);
-    PEAK.store(start, Ordering::Relaxed);
+/// How many buffers the size of the largest parameter `f` allocates: the passes over that
+/// parameter that wrote a new buffer (its gradient's included; in-place operations not).
+fn param_sized_allocations(f: impl FnOnce()) -> usize {
+    let start = TRACKED.load(Ordering::Relaxed);
     f();
-    PEAK.load(Ordering::Relaxed) - start
+    TRACKED.load(Ordering::Relaxed) - start
+}
+
+/// Heap bytes above `baseline` live at the peak of `f`.
+fn peak_bytes_over(baseline: usize, f: impl FnOnce()) -> usize {
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    f();
+    PEAK.load(Ordering::Relaxed) - baseline
 }
 
 const BATCH: usize = 128;
@@ -86,43 +103,68 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
         SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
     let asam = SamConfig::new().with_rho(0.5).with_adaptive(true);
     let variant = |variant| SamConfig::new().with_variant(variant);
-    let sgd = || SgdConfig::new().init();
+    let sgd = SgdConfig::new;
+    // SGD with the momentum Momentum-SAM keeps (mu 0.9, no dampening): its base optimizer.
+    let momentum_sgd = || sgd().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
 
     let timed = |name, start, step| Timed { name, start, step };
     let mut steps: Vec<Timed<M>> = vec![
-        timed("base_step", &model, base_step(&f32_batch)),
+        timed("base_step", &model, base_step(sgd(), &f32_batch)),
         timed("two_passes_step", &model, two_passes_step(&f32_batch)),
-        timed("sam_step", &model, sam_step(SamConfig::new(), &f32_batch)),
-        timed("asam_step", &model, sam_step(asam, &f32_batch)),
+        timed(
+            "sam_step",
+            &model,
+            sam_step(SamConfig::new(), sgd(), &f32_batch),
+        ),
+        timed("asam_step", &model, sam_step(asam, sgd(), &f32_batch)),
         timed(
             "gsam_step",
             &model,
-            sam_step(variant(SamVariant::gsam()), &f32_batch),
+            sam_step(variant(SamVariant::gsam()), sgd(), &f32_batch),
         ),
         // Criterion's mean over its iterations is LookSAM's cost per step: one full step in 10.
         timed(
             "looksam_step",
             &model,
-            sam_step(variant(SamVariant::look_sam()), &f32_batch),
+            sam_step(variant(SamVariant::look_sam()), sgd(), &f32_batch),
         ),
         timed(
             "friendly_sam_step",
             &model,
-            sam_step(variant(SamVariant::friendly_sam()), &f32_batch),
+            sam_step(variant(SamVariant::friendly_sam()), sgd(), &f32_batch),
         ),
         timed(
             "unscaled_f16_sam_step",
             &model_f16,
-            sam_step(SamConfig::new(), &f16_batch),
+            sam_step(SamConfig::new(), sgd(), &f16_batch),
         ),
         timed(
             "scaled_f16_sam_step",
             &model_f16,
-            sam_step(scaled, &f16_batch),
+            sam_step(scaled, sgd(), &f16_batch),
         ),
-        timed("large_batch_step", &model, base_step(&large)),
+        timed(
+            "momentum_step",
+            &model,
+            base_step(momentum_sgd(), &f32_batch),
+        ),
+        timed(
+            "msam_step",
+            &model,
+            sam_step(
+                variant(SamVariant::momentum_sam()),
+                momentum_sgd(),
+                &f32_batch,
+            ),
+        ),
+        timed("param_pass", &model, param_pass_step()),
+        timed("large_batch_step", &model, base_step(sgd(), &large)),
         timed("window_passes_step", &model, window_passes_step(&window)),
-        timed("accum4_step", &model, accumulated_step(sgd(), &window)),
+        timed(
+            "accum4_step",
+            &model,
+            accumulated_step(sgd().init(), &window),
+        ),
     ];
     if !f16 {
         // No f16 on this backend (NdArray): the f16 steps are not timed.
@@ -135,6 +177,7 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
     group.measurement_time(std::time::Duration::from_secs(4));
     let mut facts = serde_json::Map::new();
     facts.insert("params".into(), model.num_params().into());
+    TRACKED_SIZE.store(4 * largest_param(&model), Ordering::Relaxed);
     let mut states = Vec::with_capacity(steps.len());
     for Timed {
         name: function,
@@ -142,6 +185,9 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
         step,
     } in &mut steps
     {
+        // Before the step's first call: its optimizer state and its copy of the model are not
+        // allocated yet.
+        let before_state = LIVE.load(Ordering::Relaxed);
         let mut current = Some(step((*start).clone())); // warm up
         if function.contains("sam_step") {
             let reads = burn_sam::diagnostics::device_reads();
@@ -151,8 +197,19 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
             let per_step = (burn_sam::diagnostics::device_reads() - reads) as f64 / 5.0;
             facts.insert(format!("{function}_device_reads"), per_step.into());
         }
-        let peak = peak_bytes(|| current = Some(step(current.take().unwrap())));
+        let before_step = LIVE.load(Ordering::Relaxed);
+        let peak = peak_bytes_over(before_step, || {
+            current = Some(step(current.take().unwrap()))
+        });
         facts.insert(format!("{function}_peak_bytes"), peak.into());
+        // The same peak with what the step keeps between calls: its model and optimizer state.
+        let with_state = peak + before_step - before_state;
+        facts.insert(
+            format!("{function}_peak_with_state_bytes"),
+            with_state.into(),
+        );
+        let allocations = param_sized_allocations(|| current = Some(step(current.take().unwrap())));
+        facts.insert(format!("{function}_param_allocations"), allocations.into());
         group.bench_function(*function, |b| {
             b.iter(|| {
                 current = Some(step(current.take().unwrap()));

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use burn::config::Config;
-use burn::module::{AutodiffModule, Module};
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AvgPool2d, AvgPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
@@ -89,6 +89,19 @@ pub fn copy_as<B: AutodiffBackend, M: Net<B>>(model: &M, dtype: FloatDType) -> M
     burn_sam::cast_params(M::from_inner(model.valid()), dtype)
 }
 
+/// The number of elements of the largest parameter of `model`.
+pub fn largest_param<B: AutodiffBackend, M: Net<B>>(model: &M) -> usize {
+    struct Largest(usize);
+    impl<B: Backend> ModuleVisitor<B> for Largest {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0 = self.0.max(param.shape().num_elements());
+        }
+    }
+    let mut largest = Largest(0);
+    model.visit(&mut largest);
+    largest.0
+}
+
 /// Inputs `[rows, 784]` and regression targets `[rows, 10]`.
 pub type Batch<B> = (Tensor<B, 2>, Tensor<B, 2>);
 
@@ -112,9 +125,12 @@ pub fn loss<B: AutodiffBackend, M: Net<B>>(model: &M, (x, y): &Batch<B>) -> Tens
 /// One optimizer step of `M` from its current state.
 pub type Step<'a, M> = Box<dyn FnMut(M) -> M + 'a>;
 
-/// A plain SGD step.
-pub fn base_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(batch: &'a Batch<B>) -> Step<'a, M> {
-    let mut sgd = SgdConfig::new().init();
+/// A step of SGD with `sgd`.
+pub fn base_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(
+    sgd: SgdConfig,
+    batch: &'a Batch<B>,
+) -> Step<'a, M> {
+    let mut sgd = sgd.init();
     Box::new(move |model: M| {
         let grads = GradientsParams::from_grads(loss(&model, batch).backward(), &model);
         sgd.step(1e-3, model, grads)
@@ -134,16 +150,35 @@ pub fn two_passes_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(batch: &'a Batch<
     })
 }
 
-/// A SAM step (`step_with`) over SGD with `config`.
+/// A SAM step (`step_with`) with `config` over SGD with `sgd`.
 pub fn sam_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(
     config: SamConfig,
+    sgd: SgdConfig,
     batch: &'a Batch<B>,
 ) -> Step<'a, M> {
-    let mut sam = config.init(SgdConfig::new().init());
+    let mut sam = config.init(sgd.init());
     Box::new(move |model: M| {
         let step = sam.step_with(1e-3, model, |m: &M| loss(m, batch));
         step.expect("SAM step").module
     })
+}
+
+/// One pass over the parameters: every weight through one element-wise operation into a new
+/// buffer (reads the parameters once, writes them once), the unit a step's update costs.
+pub fn param_pass_step<'a, B: AutodiffBackend, M: Net<B> + 'a>() -> Step<'a, M> {
+    struct Pass;
+    impl<B: AutodiffBackend> ModuleMapper<B> for Pass {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            param.map(|tensor| {
+                // Held while the operation runs, so that no backend reuses the input's buffer.
+                let held = tensor.clone();
+                let out = Tensor::from_inner(tensor.inner().mul_scalar(1.0)).require_grad();
+                drop(held);
+                out
+            })
+        }
+    }
+    Box::new(|model: M| model.map(&mut Pass))
 }
 
 /// Accumulation's floor: the window's forward/backward passes (gradients dropped but the

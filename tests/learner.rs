@@ -686,7 +686,7 @@ fn data_parallel_logs_its_traffic_once_per_epoch() {
     );
     assert!(traffic.steps() > 0 && traffic.bytes() > 0);
     let expected = format!(
-        "epoch 1: {:.0} bytes moved between devices per step ({} steps)",
+        "epoch 1: {:.0} bytes sent between devices and ranks per step ({} steps)",
         traffic.bytes_per_step(),
         traffic.steps()
     );

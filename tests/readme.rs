@@ -95,6 +95,43 @@ fn sam_family() -> Result {
 }
 
 #[test]
+fn momentum_sam() -> Result {
+    let (lr, batches) = (0.05, batches(4));
+    let mut model = model();
+    // readme: momentum-sam
+    use burn::optim::momentum::MomentumConfig;
+    use burn::optim::SgdConfig;
+    use burn_sam::{SamConfig, SamVariant};
+
+    let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
+    let mut optim = SamConfig::new()
+        .with_rho(3.0)
+        .with_variant(SamVariant::momentum_sam()) // mu 0.9, as SGD's momentum
+        .try_init(sgd.init())?;
+
+    for batch in batches {
+        // One pass per step, at the look-ahead w~; `model` comes back at w~.
+        model = optim
+            .step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?
+            .module;
+    }
+    let weights = optim.unperturbed(model); // evaluate and save these
+                                            // readme-end
+    let stats = optim.stats();
+    assert_eq!(
+        (stats.steps, stats.ascents_skipped, stats.updates_skipped),
+        (4, 0, 0)
+    );
+    // The look-ahead of the next step is away from the weights.
+    let ahead = optim.look_ahead(weights.clone());
+    assert_ne!(
+        ahead.mlp.layers[0].weight.val().into_data(),
+        weights.mlp.layers[0].weight.val().into_data()
+    );
+    Ok(())
+}
+
+#[test]
 fn mixed_precision() -> Result {
     let (lr, batch) = (0.05, batches(1).remove(0));
     let model = model();

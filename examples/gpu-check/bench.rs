@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use burn::optim::SgdConfig;
 use burn::tensor::backend::Backend as _;
 use burn::tensor::FloatDType;
 use burn_sam::{LossScalerConfig, SamConfig};
@@ -62,17 +63,29 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
         SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
     let timed = |name, start, step| Timed { name, start, step };
     let mut steps: Vec<Timed<M>> = vec![
-        timed("base_f32", &model, base_step(&f32_batch)),
+        timed("base_f32", &model, base_step(SgdConfig::new(), &f32_batch)),
         timed("two_passes_f32", &model, two_passes_step(&f32_batch)),
-        timed("sam_f32", &model, sam_step(SamConfig::new(), &f32_batch)),
-        timed("base_f16", &model_f16, base_step(&f16_batch)),
+        timed(
+            "sam_f32",
+            &model,
+            sam_step(SamConfig::new(), SgdConfig::new(), &f32_batch),
+        ),
+        timed(
+            "base_f16",
+            &model_f16,
+            base_step(SgdConfig::new(), &f16_batch),
+        ),
         timed("two_passes_f16", &model_f16, two_passes_step(&f16_batch)),
         timed(
             "sam_f16",
             &model_f16,
-            sam_step(SamConfig::new(), &f16_batch),
+            sam_step(SamConfig::new(), SgdConfig::new(), &f16_batch),
         ),
-        timed("scaled_sam_f16", &model_f16, sam_step(scaled, &f16_batch)),
+        timed(
+            "scaled_sam_f16",
+            &model_f16,
+            sam_step(scaled, SgdConfig::new(), &f16_batch),
+        ),
     ];
     let mut states: Vec<Option<M>> = steps.iter().map(|_| None).collect();
     eprintln!("warming up ({WARM_UP} steps of each)");

@@ -3,10 +3,13 @@
 //! through `burn_sam_accum::train::SamTraining` (`--method sam`), optionally with gradient
 //! accumulation (`--window`), f16 loss scaling (`--dtype f16`) and data parallelism over
 //! several devices (`--devices N --ascent synced|local`; on the CPU the device repeated, with
-//! `--features cuda` N GPUs).
+//! `--features cuda` N GPUs), and across the processes of an MPI job (`--features mpi`,
+//! launched by `mpirun -np N`: each rank holds --devices replicas; rank 0 reports).
 //!
 //! `cargo run --release --example learner-digits -- --method sam --window 2`
 //! `cargo run --release --example learner-digits -- --devices 2 --ascent local`
+//! `cargo build --release --example learner-digits --features mpi &&
+//!  mpirun -np 2 target/release/examples/learner-digits --ascent synced`
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,7 +63,7 @@ enum Dtype {
 }
 
 /// The example's flags.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(about = "Burn's Learner on the UCI digits, with or without SAM")]
 pub struct Args {
     #[arg(long, value_enum, default_value = "sam")]
@@ -100,6 +103,50 @@ pub struct Args {
     data: PathBuf,
 }
 
+/// This process's place in the job: rank 0 of 1 without the `mpi` feature or `mpirun`.
+struct Job {
+    #[cfg(feature = "mpi")]
+    ranks: burn_sam_accum::train::Ranks,
+}
+
+impl Job {
+    fn start() -> Result<Self, String> {
+        Ok(Self {
+            #[cfg(feature = "mpi")]
+            ranks: burn_sam_accum::train::Ranks::init().map_err(|error| error.to_string())?,
+        })
+    }
+
+    fn rank(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        return self.ranks.rank();
+        #[cfg(not(feature = "mpi"))]
+        0
+    }
+
+    fn size(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        return self.ranks.size();
+        #[cfg(not(feature = "mpi"))]
+        1
+    }
+
+    /// `strategy` across the job's ranks.
+    fn span<LC: burn::train::LearningComponentsTypes + 'static>(
+        &self,
+        strategy: SamTraining<LC>,
+    ) -> SamTraining<LC>
+    where
+        LC::Optimizer: burn_sam_accum::WindowOptimizer<LC::TrainingModel, LC::Backend>,
+        <LC::TrainingModel as burn::train::TrainStep>::Input: Clone,
+    {
+        #[cfg(feature = "mpi")]
+        return strategy.across_ranks(&self.ranks);
+        #[cfg(not(feature = "mpi"))]
+        strategy
+    }
+}
+
 /// `count` replicas: the one CPU device repeated, or the first `count` GPUs.
 fn devices(count: usize) -> Vec<burn::tensor::Device<B>> {
     #[cfg(not(feature = "cuda"))]
@@ -111,9 +158,10 @@ fn devices(count: usize) -> Vec<burn::tensor::Device<B>> {
     devices
 }
 
-/// The data-parallel strategy over `--devices` replicas.
+/// The data-parallel strategy over `--devices` replicas on each rank of the job.
 fn data_parallel<O>(
     args: &Args,
+    job: &Job,
     optim: &O,
 ) -> Result<SamTraining<LearningComponentsMarker<B, Scheduler, Model, O>>, String>
 where
@@ -127,7 +175,7 @@ where
         .map_err(|error| error.to_string())?
         .with_accumulation(args.window)
         .map_err(|error| error.to_string())?;
-    Ok(strategy.with_items(ClassBatch::len))
+    Ok(job.span(strategy.with_items(ClassBatch::len)))
 }
 
 type Scheduler = burn::lr_scheduler::cosine::CosineAnnealingLrScheduler;
@@ -183,7 +231,7 @@ fn check(args: &Args) -> Result<(), String> {
                 .into(),
         );
     }
-    if args.devices > 1 && args.ascent == AscentArg::Local && args.method == Method::Sgd {
+    if args.ascent == AscentArg::Local && args.method == Method::Sgd {
         return Err("--ascent local needs --method sam".into());
     }
     Ok(())
@@ -199,6 +247,17 @@ fn main() {
 /// Trains with Burn's `Learner` and returns the clean test accuracy.
 pub fn run(args: &Args) -> Result<f64, String> {
     check(args)?;
+    let job = Job::start()?;
+    // Every replica of the job, over every rank.
+    let replicas = args.devices * job.size();
+    let args = &Args {
+        // Rank 0 writes the checkpoints and logs; the others keep their folders apart.
+        artifacts: match job.rank() {
+            0 => args.artifacts.clone(),
+            rank => args.artifacts.join(format!("rank-{rank}")),
+        },
+        ..args.clone()
+    };
     let digits = Digits::load(&args.data)?;
     let (mut train, test) = digits.split(597);
     let changed = train.corrupt(args.noise, &mut Rng::new(args.seed.wrapping_mul(7919)));
@@ -221,7 +280,7 @@ pub fn run(args: &Args) -> Result<f64, String> {
     let train: Loader<B> = digits_loader(train, args.batch_size, args.seed);
     let valid: Loader<Inner> = digits_loader(test.clone(), args.batch_size, args.seed);
     // Burn's split gives each replica floor(items / N) examples and the last one the rest.
-    let last_replica = train.num_items() - (args.devices - 1) * (train.num_items() / args.devices);
+    let last_replica = train.num_items() - (replicas - 1) * (train.num_items() / replicas);
     let steps = args.epochs * last_replica.div_ceil(args.batch_size).div_ceil(args.window);
     let scheduler = CosineAnnealingLrSchedulerConfig::new(args.lr, steps)
         .init()
@@ -231,8 +290,9 @@ pub fn run(args: &Args) -> Result<f64, String> {
         .init();
 
     let mut traffic = None::<Traffic>;
+    let start = std::time::Instant::now();
     let model = match args.method {
-        Method::Sgd if args.devices == 1 => launch(
+        Method::Sgd if replicas == 1 => launch(
             args,
             train,
             valid,
@@ -240,7 +300,7 @@ pub fn run(args: &Args) -> Result<f64, String> {
             None,
         ),
         Method::Sgd => {
-            let strategy = data_parallel(args, &sgd)?;
+            let strategy = data_parallel(args, &job, &sgd)?;
             traffic = Some(strategy.traffic());
             let learner = Learner::new(model, sgd, scheduler);
             launch(args, train, valid, learner, Some(strategy.into_strategy()))
@@ -252,42 +312,52 @@ pub fn run(args: &Args) -> Result<f64, String> {
                 .with_rho(args.rho)
                 .with_loss_scaling(scaling)
                 .init(sgd);
-            let strategy = match args.devices {
+            let strategy = match replicas {
                 1 => SamTraining::new(device, &optim)
                     .with_accumulation(args.window)
                     .map_err(|error| error.to_string())?
                     .with_items(ClassBatch::len),
-                _ => data_parallel(args, &optim)?,
+                _ => data_parallel(args, &job, &optim)?,
             };
             traffic = Some(strategy.traffic());
             let learner = Learner::new(model, optim, scheduler);
             launch(args, train, valid, learner, Some(strategy.into_strategy()))
         }
     };
+    let seconds = start.elapsed().as_secs_f64();
+    if job.rank() != 0 {
+        return Ok(f64::NAN);
+    }
     let indices: Vec<usize> = (0..test.len()).collect();
     // The model comes back on the training device, the default one.
     let (inputs, targets) = test.batch(&indices, FloatDType::F32, &Default::default());
     let output = model.forward_classification(ClassBatch { inputs, targets });
     let right = output.output.argmax(1).squeeze::<1>().equal(output.targets);
     let accuracy = right.int().sum().into_scalar().elem::<f64>() / test.len() as f64;
-    let replicas = match (args.devices, args.method) {
+    let ranks = match job.size() {
+        1 => String::new(),
+        n => format!(" over {n} ranks"),
+    };
+    let description = match (replicas, args.method) {
         (1, _) => String::new(),
-        (n, Method::Sgd) => format!(", {n} replicas"),
-        (n, Method::Sam) => format!(", {n} replicas, {:?} ascent", args.ascent),
+        (n, Method::Sgd) => format!(", {n} replicas{ranks}"),
+        (n, Method::Sam) => format!(", {n} replicas{ranks}, {:?} ascent", args.ascent),
     };
     println!(
-        "{:?} ({:?}, window {}{replicas}): clean test accuracy {:.1}% after {} epochs",
+        "{:?} ({:?}, window {}{description}): clean test accuracy {:.1}% after {} epochs",
         args.method,
         args.dtype,
         args.window,
         100.0 * accuracy,
         args.epochs
     );
-    if let Some(traffic) = traffic.filter(|_| args.devices > 1) {
+    if let Some(traffic) = traffic.filter(|_| replicas > 1) {
         println!(
-            "moved between devices: {:.0} bytes per optimizer step ({} steps)",
+            "sent by rank 0 (between devices and to the other ranks): {:.0} bytes per optimizer \
+             step ({} steps, {:.1} ms per step with validation)",
             traffic.bytes_per_step(),
-            traffic.steps()
+            traffic.steps(),
+            1e3 * seconds / traffic.steps().max(1) as f64
         );
     }
     Ok(accuracy)

@@ -1,5 +1,6 @@
 //! Data-parallel SAM in Burn's `Learner` (`SamTraining::data_parallel`), generic over the
-//! backend and the two devices its replicas run on. `data_parallel_suite!` instantiates it.
+//! backend and the two devices its replicas run on. `data_parallel_suite!` instantiates it;
+//! `tests/mpi_ranks.rs` runs its helpers across MPI ranks.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -84,14 +85,14 @@ macro_rules! data_parallel_suite {
     };
 }
 
-type Model<B> = Classifier<B>;
-type SgdOptim<B> = OptimizerAdaptor<Sgd<<B as AutodiffBackend>::InnerBackend>, Model<B>, B>;
-type Components<B, LR, O> = LearningComponentsMarker<B, LR, Model<B>, O>;
+pub type Model<B> = Classifier<B>;
+pub type SgdOptim<B> = OptimizerAdaptor<Sgd<<B as AutodiffBackend>::InnerBackend>, Model<B>, B>;
+pub type Components<B, LR, O> = LearningComponentsMarker<B, LR, Model<B>, O>;
 
-const FEATURES: usize = 6;
-const CLASSES: usize = 3;
+pub const FEATURES: usize = 6;
+pub const CLASSES: usize = 3;
 
-fn model<B: AutodiffBackend>(device: &Device<B>) -> Model<B> {
+pub fn model<B: AutodiffBackend>(device: &Device<B>) -> Model<B> {
     let model = Classifier {
         mlp: MlpConfig::new(vec![FEATURES, 16, CLASSES]).init(device),
     };
@@ -100,16 +101,16 @@ fn model<B: AutodiffBackend>(device: &Device<B>) -> Model<B> {
     model
 }
 
-fn sgd<B: AutodiffBackend>(momentum: bool) -> SgdOptim<B> {
+pub fn sgd<B: AutodiffBackend>(momentum: bool) -> SgdOptim<B> {
     let momentum = momentum.then(|| MomentumConfig::new().with_momentum(0.9));
     SgdConfig::new().with_momentum(momentum).init()
 }
 
-fn sam<B: AutodiffBackend>(rho: f64) -> Sam<SgdOptim<B>> {
+pub fn sam<B: AutodiffBackend>(rho: f64) -> Sam<SgdOptim<B>> {
     SamConfig::new().with_rho(rho).init(sgd(true))
 }
 
-fn loader<B: Backend>(
+pub fn loader<B: Backend>(
     examples: Vec<Example>,
     batch: usize,
 ) -> Arc<dyn DataLoader<B, ClassBatch<B>>> {
@@ -118,7 +119,7 @@ fn loader<B: Backend>(
         .build(InMemDataset::new(examples))
 }
 
-fn scheduler() -> LinearLrScheduler {
+pub fn scheduler() -> LinearLrScheduler {
     LinearLrSchedulerConfig::new(0.1, 0.01, 20).init().unwrap()
 }
 
@@ -134,7 +135,7 @@ fn artifacts(name: &str) -> PathBuf {
 
 /// One training run: `epochs` of `learner` under `strategy`, checkpointed every epoch into
 /// `dir`, resumed from `resume` when given.
-fn run<B, LR, O>(
+pub fn run<B, LR, O>(
     dir: &Path,
     train: Arc<dyn DataLoader<B, ClassBatch<B>>>,
     epochs: usize,
@@ -161,7 +162,7 @@ where
     training.launch(learner).model
 }
 
-fn sam_record<B: AutodiffBackend, O: Optimizer<Model<B>, B>>(
+pub fn sam_record<B: AutodiffBackend, O: Optimizer<Model<B>, B>>(
     dir: &Path,
     epoch: usize,
 ) -> SamRecord {
@@ -169,7 +170,7 @@ fn sam_record<B: AutodiffBackend, O: Optimizer<Model<B>, B>>(
 }
 
 /// Every float of the model, in f64.
-fn weights<B: Backend, M: Module<B>>(model: &M) -> Vec<f64> {
+pub fn weights<B: Backend, M: Module<B>>(model: &M) -> Vec<f64> {
     struct Collect(Vec<f64>);
     impl<B: Backend> ModuleVisitor<B> for Collect {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
@@ -194,7 +195,7 @@ fn relative_difference(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// 31 examples: replica 0 gets the first 15, replica 1 the last 16 (Burn's contiguous split).
-fn examples() -> Vec<Example> {
+pub fn examples() -> Vec<Example> {
     blobs(31, 7, FEATURES, CLASSES)
 }
 
@@ -207,7 +208,7 @@ fn union_order(examples: &[Example]) -> Vec<Example> {
         .collect()
 }
 
-fn data_parallel<LR, O, B>(
+pub fn data_parallel<LR, O, B>(
     devices: &[Device<B>],
     optim: &O,
     ascent: Ascent,

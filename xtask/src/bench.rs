@@ -218,6 +218,46 @@ pub fn bench(only: &[&str]) {
         );
     }
 
+    println!("\nMomentum-SAM (mu 0.9) over SGD with momentum 0.9 (no dampening), its base, against SAM over");
+    println!(
+        "plain SGD. A pass: one element-wise operation over every parameter into a new buffer"
+    );
+    println!("(`param_pass`). Extra passes: Momentum-SAM's time over its base's in passes (measured) and");
+    println!(
+        "the buffers the size of the largest parameter that its step allocates beyond its base's"
+    );
+    println!("(counted by the allocator; in-place operations not counted). Peak heap: the step's peak with");
+    println!("its model copy and optimizer state; extra buffers: over its base, in parameter-sized buffers:\n");
+    println!("| backend | model | momentum SGD step | Momentum-SAM step | msam_over_base | one pass | extra passes, by time | extra buffers written | peak heap: SGD, momentum SGD, SAM, Momentum-SAM | extra buffers held: SAM, Momentum-SAM |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (&(backend, model), facts) in rows.iter().zip(&facts) {
+        let row = (backend, model);
+        let (base, msam, pass) = (
+            ms(row, "momentum_step"),
+            ms(row, "msam_step"),
+            ms(row, "param_pass"),
+        );
+        let paired = |function: &str| facts["paired_ms"][function].as_f64().unwrap_or(f64::NAN);
+        let count = |key: &str| facts[key].as_f64().expect(key);
+        let allocations = |function: &str| count(&format!("{function}_param_allocations"));
+        let peak = |function: &str| count(&format!("{function}_peak_with_state_bytes"));
+        let mib = |function: &str| peak(function) / (1024.0 * 1024.0);
+        let param_bytes = 4.0 * count("params");
+        let buffers = |top: &str, bottom: &str| (peak(top) - peak(bottom)) / param_bytes;
+        println!(
+            "| {backend} | {model} | {base:.2} ms | {msam:.2} ms | {:.3} | {pass:.3} ms | {:.1} | {} | {:.1}, {:.1}, {:.1}, {:.1} MiB | {:.2}, {:.2} |",
+            ratio(facts, "msam_step", "momentum_step"),
+            (paired("msam_step") - paired("momentum_step")) / paired("param_pass"),
+            allocations("msam_step") - allocations("momentum_step"),
+            mib("base_step"),
+            mib("momentum_step"),
+            mib("sam_step"),
+            mib("msam_step"),
+            buffers("sam_step", "base_step"),
+            buffers("msam_step", "momentum_step"),
+        );
+    }
+
     println!(
         "\nGradient accumulation, k = 4 micro-batches of 128 against one batch of 512 (SGD):\n"
     );

@@ -2,14 +2,16 @@
 //!
 //! - `ci`: formatting, clippy and the docs with the GPU features, a publish dry run of the
 //!   crates, the README's tests, a crate built from README's dependency lines outside the
-//!   workspace, and the Vulkan suite (also fused) when Mesa's lavapipe is
-//!   installed (`.ci/run` runs this).
+//!   workspace, the Vulkan suite (also fused) when Mesa's lavapipe is installed, and the MPI
+//!   tests when Open MPI is (`.ci/run` installs both and runs this).
 //! - `test-gpu`: the GPU check (`examples/gpu-check`) on this machine's CUDA GPU, and the
 //!   data-parallel tests where it has two or more.
 //! - `gpu-bundle`: the GPU check as a folder to carry to a GPU host without Rust.
 //! - `test-vulkan`: the suite on Vulkan (Mesa lavapipe on the CPU), f32 and f16, and the
 //!   data-parallel tests over two device handles; the suite again with Burn's `fusion` and
 //!   `autotune`.
+//! - `test-mpi`: data-parallel SAM across MPI ranks (`tests/mpi_ranks.rs` under `mpirun` on
+//!   loopback: 2 and 3 ranks, a refused mismatch, a dying rank and the resume after it).
 //! - `test-tch`: the suite on LibTorch (the `torch` Python package's), f32 and f64.
 //! - `reference`: regenerates the PyTorch reference fixtures (needs `python3` with `torch` and
 //!   `pytorch_optimizer==4.1.0`).
@@ -18,6 +20,7 @@
 
 mod backends;
 mod bench;
+mod mpi;
 mod readme_crate;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +55,12 @@ pub fn fail(message: &str) -> ! {
 /// clippy; code is generated three times: for the README's test command (CPU backends), for
 /// the Vulkan suite, and for the Vulkan suite with Burn's fusion.
 fn ci() {
+    let mpi = mpi::installed();
+    // With MPI, the `mpi` feature is linted and documented too (it links the MPI library).
+    let features = match mpi {
+        true => format!("{GPU_FEATURES},mpi"),
+        false => GPU_FEATURES.to_string(),
+    };
     let mut times = Vec::new();
     let mut step = |what: &'static str, args: &[&str], env: &[(&str, String)]| {
         let start = std::time::Instant::now();
@@ -66,7 +75,7 @@ fn ci() {
             "--workspace",
             "--all-targets",
             "--features",
-            GPU_FEATURES,
+            &features,
             "--",
             "-D",
             "warnings",
@@ -78,13 +87,7 @@ fn ci() {
     // docs.rs builds them (`all-features`); the root's `tch` needs LibTorch and is left out.
     step(
         "doc",
-        &[
-            "doc",
-            "--workspace",
-            "--no-deps",
-            "--features",
-            GPU_FEATURES,
-        ],
+        &["doc", "--workspace", "--no-deps", "--features", &features],
         &[("RUSTDOCFLAGS", "-D warnings".into())],
     );
     // Packages both crates and builds them from the packages, as crates.io would get them.
@@ -114,6 +117,13 @@ fn ci() {
         step("Vulkan, fused", &backends::VULKAN_FUSION_TEST, &[]);
     } else {
         eprintln!("Mesa lavapipe is not installed: skipping the Vulkan suite (see `cargo xtask test-vulkan`)");
+    }
+    if mpi {
+        let start = std::time::Instant::now();
+        mpi::test_mpi();
+        times.push(("MPI ranks", start.elapsed().as_secs_f64()));
+    } else {
+        eprintln!("Open MPI is not installed: skipping the MPI tests (see `cargo xtask test-mpi`)");
     }
     eprintln!("\nCI steps:");
     for (what, seconds) in times {
@@ -186,6 +196,7 @@ fn main() {
             run("cargo", &backends::VULKAN_FUSION_TEST);
         }
         ["test-tch"] => backends::test_tch(),
+        ["test-mpi"] => mpi::test_mpi(),
         ["reference"] => {
             run("python3", &["reference/sam_reference.py"]);
             run("python3", &["reference/scaler_reference.py"]);
@@ -195,7 +206,7 @@ fn main() {
         ["bench", "--backends", list] => bench::bench(&list.split(',').collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci | test-gpu | gpu-bundle | test-vulkan | test-tch | reference | bench [--backends flex,ndarray,libtorch,vulkan]>"
+                "usage: cargo xtask <ci | test-gpu | gpu-bundle | test-vulkan | test-mpi | test-tch | reference | bench [--backends flex,ndarray,libtorch,vulkan]>"
             );
             exit(2);
         }

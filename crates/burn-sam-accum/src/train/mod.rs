@@ -41,15 +41,19 @@
 //! [`SamConfig::loss_scaling`]: burn_sam::SamConfig::loss_scaling
 
 mod pass_scale;
+mod peers;
+#[cfg(feature = "mpi")]
+mod ranks;
 mod replicas;
 mod transfer;
+mod wire;
 
 use std::sync::Arc;
 
 use burn::config::Config;
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoaderIterator, Progress};
-use burn::module::{AutodiffModule, ParamId};
+use burn::module::{AutodiffModule, Module, ParamId};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend, DeviceOps};
 use burn::tensor::{DType, Device, Tensor};
@@ -63,12 +67,15 @@ use burn_sam::strategy::{map_grads, GradMap, Handover, Passes, StepLink};
 use burn_sam::{ConfigError, SamConfig, SamError, SamVariant};
 
 pub use pass_scale::scale_loss;
+#[cfg(feature = "mpi")]
+pub use ranks::{Ranks, RanksError};
 pub use replicas::Traffic;
 
 use crate::config::AccumulationConfig;
 use crate::error::AccumError;
 use crate::optimizer::WindowOptimizer;
 use crate::window::item_weights;
+use peers::{Reader, Writer};
 use replicas::{LocalAscent, Replicas};
 
 type Input<LC> = <TrainingModel<LC> as TrainStep>::Input;
@@ -208,6 +215,42 @@ where
         })
     }
 
+    /// Spans the MPI ranks of the job (cargo feature `mpi`): every rank runs this strategy
+    /// with its own replicas (one device or several), the data loader is split into one part
+    /// per replica of the whole job, and each step combines all ranks' replicas' gradients as
+    /// one process with all of them would, bitwise. Rank 0's weights are sent to every rank at
+    /// start; rank 0 alone validates, reports metrics and writes checkpoints (its artifact
+    /// directory must be readable by every rank to resume). Ranks started with a different
+    /// model, window, ascent, SAM configuration or epochs are refused at start, on every rank.
+    ///
+    /// ```no_run
+    /// # use burn::train::{LearningComponentsTypes, TrainingStrategy};
+    /// # use burn_sam_accum::WindowOptimizer;
+    /// # fn wire<LC: LearningComponentsTypes + 'static>(
+    /// #     device: burn::tensor::Device<LC::Backend>, optim: &LC::Optimizer,
+    /// # ) -> Result<TrainingStrategy<LC>, Box<dyn std::error::Error>>
+    /// # where LC::Optimizer: WindowOptimizer<LC::TrainingModel, LC::Backend>,
+    /// #       <LC::TrainingModel as burn::train::TrainStep>::Input: Clone,
+    /// # {
+    /// use burn_sam_accum::train::{Ascent, Ranks, SamTraining};
+    ///
+    /// // `mpirun -np 4 program`: 4 ranks of one replica each.
+    /// let ranks = Ranks::init()?;
+    /// let strategy = SamTraining::data_parallel(vec![device], optim, Ascent::Synced)?
+    ///     .across_ranks(&ranks)
+    ///     .into_strategy();
+    /// # Ok(strategy)
+    /// # }
+    /// ```
+    #[cfg(feature = "mpi")]
+    pub fn across_ranks(self, ranks: &Ranks) -> Self {
+        let peers = peers::Peers::ranks(ranks.clone());
+        Self {
+            replicas: self.replicas.with_peers(peers),
+            ..self
+        }
+    }
+
     /// `SamTraining::new(device, optim).into_strategy()`: the strategy to give
     /// `SupervisedTraining::with_training_strategy`.
     pub fn strategy(device: Device<LC::Backend>, optim: &LC::Optimizer) -> TrainingStrategy<LC> {
@@ -262,20 +305,52 @@ where
         window
     }
 
-    /// Each batch's share of the step, replica by replica.
-    fn weights(&self, shards: &[Vec<Input<LC>>]) -> Vec<Vec<f64>> {
-        let counts: Vec<Option<usize>> = shards
-            .iter()
-            .flatten()
-            .map(|input| self.items.as_ref().map(|items| items(input)))
-            .collect();
-        let mut weights = item_weights(counts.into_iter())
-            .unwrap_or_else(|error| panic!("{error}"))
-            .into_iter();
-        shards
+    /// Each of this process's batches' share of the step, replica by replica, from every
+    /// rank's batches and item counts; or why no step is taken: every rank's loaders are
+    /// done, or `stop` is set on some rank (its interrupter).
+    fn plan(&self, shards: &[Vec<Input<LC>>], stop: bool) -> Plan {
+        const NO_COUNT: u64 = u64::MAX;
+        let mut mine = Writer::default();
+        mine.u8(stop as u8);
+        mine.u64(shards.len() as u64);
+        for inputs in shards {
+            mine.u64(inputs.len() as u64);
+            for input in inputs {
+                let items = self.items.as_ref().map(|items| items(input) as u64);
+                mine.u64(items.unwrap_or(NO_COUNT));
+            }
+        }
+        let peers = self.replicas.peers();
+        let mut stopped = false;
+        let mut counts = Vec::new();
+        let mut own = 0..0;
+        for (rank, bytes) in peers.all_gather(mine.0).iter().enumerate() {
+            let mut reader = Reader::new(bytes);
+            stopped |= reader.u8() == 1;
+            let start = counts.len();
+            for _ in 0..reader.u64() {
+                for _ in 0..reader.u64() {
+                    let items = reader.u64();
+                    counts.push((items != NO_COUNT).then_some(items as usize));
+                }
+            }
+            if rank == peers.rank() {
+                own = start..counts.len();
+            }
+        }
+        if stopped {
+            return Plan::Stopped;
+        }
+        if counts.is_empty() {
+            return Plan::EpochDone;
+        }
+        let weights = item_weights(counts.into_iter()).unwrap_or_else(|error| panic!("{error}"));
+        let mut weights = weights[own].iter().copied();
+        let weights = shards
             .iter()
             .map(|inputs| weights.by_ref().take(inputs.len()).collect())
-            .collect()
+            .collect();
+        Plan::Step(weights)
     }
 
     /// What local ascents perturb with at learning rate `lr`: SAM's configuration, when the
@@ -349,6 +424,8 @@ where
         }
     }
 
+    /// One epoch of optimizer steps, until every rank's loaders are done; whether some
+    /// rank's interrupter stopped it.
     fn train_epoch(
         &self,
         learner: &mut Learner<LC>,
@@ -357,17 +434,27 @@ where
         epoch: &Progress,
         processor: &mut SupervisedTrainingEventProcessor<LC>,
         interrupter: &Interrupter,
-    ) {
+    ) -> bool {
         let overflows = self.link.loss_scale().overflows();
         let traffic = self.replicas.traffic();
         let (bytes, steps) = (traffic.bytes(), traffic.steps());
+        let root = self.replicas.peers().is_root();
         let mut iterators: Vec<_> = loaders.iter().map(|loader| loader.iter()).collect();
         let mut iteration = 0;
-        while let Some((shards, progress)) = next_window(&mut iterators, window) {
+        let stopped = loop {
+            let (shards, progress) = next_window(&mut iterators, window);
+            let weights = match self.plan(&shards, interrupter.should_stop()) {
+                Plan::Step(weights) => weights,
+                Plan::EpochDone => break false,
+                Plan::Stopped => break true,
+            };
             learner.lr_step();
             let lr = learner.lr_current();
-            let weights = self.weights(&shards);
             self.optimizer_step(learner, shards, &weights, lr, |outputs| {
+                // Rank 0 alone reports: the metrics of its replicas' batches.
+                if !root {
+                    return;
+                }
                 for item in outputs.into_iter().flatten() {
                     iteration += 1;
                     let item = TrainingItem::new(
@@ -381,10 +468,7 @@ where
                 }
             });
             self.replicas.traffic().step();
-            if interrupter.should_stop() {
-                break;
-            }
-        }
+        };
         // One line per epoch with what a user of loss scaling or of several devices watches.
         let mut facts = Vec::new();
         let loss_scale = self.link.loss_scale();
@@ -395,26 +479,58 @@ where
                 loss_scale.overflows() - overflows
             ));
         }
-        if self.replicas.devices().len() > 1 {
+        if self.replicas.devices().len() > 1 || self.replicas.peers().size() > 1 {
             let steps = traffic.steps() - steps;
             facts.push(format!(
-                "{:.0} bytes moved between devices per step ({steps} steps)",
+                "{:.0} bytes sent between devices and ranks per step ({steps} steps)",
                 (traffic.bytes() - bytes) as f64 / steps.max(1) as f64
             ));
         }
-        if !facts.is_empty() {
-            log::info!("epoch {}: {}", epoch.items_processed, facts.join("; "));
+        if root {
+            if !facts.is_empty() {
+                log::info!("epoch {}: {}", epoch.items_processed, facts.join("; "));
+            }
+            processor.process_train(LearnerEvent::EndEpoch(epoch.items_processed));
         }
-        processor.process_train(LearnerEvent::EndEpoch(epoch.items_processed));
+        stopped
+    }
+
+    /// What every rank must agree on, as `(name, value)`: a rank started differently is
+    /// refused at start.
+    fn settings(
+        &self,
+        model: &TrainingModel<LC>,
+        window: usize,
+        epochs: (usize, usize),
+    ) -> Vec<(&'static str, String)> {
+        vec![
+            ("model (parameter shapes)", wire::shapes(model)),
+            ("window", window.to_string()),
+            ("ascent", format!("{:?}", self.ascent)),
+            ("optimizer's SAM configuration", format!("{:?}", self.sam)),
+            ("item counts", self.items.is_some().to_string()),
+            ("epochs (first, last)", format!("{epochs:?}")),
+            ("loss scale", self.link.loss_scale().get().to_string()),
+        ]
     }
 }
 
-/// The next window of each replica's loader and the progress over all of them; `None` once
-/// every loader is done.
+/// What the ranks agreed to do next.
+enum Plan {
+    /// A step, with this process's batches' weights, replica by replica.
+    Step(Vec<Vec<f64>>),
+    /// No rank has a batch left this epoch.
+    EpochDone,
+    /// Some rank's interrupter asked to stop.
+    Stopped,
+}
+
+/// The next window of each replica's loader (empty for a loader that is done) and the
+/// progress over all of them.
 fn next_window<T>(
     iterators: &mut [Box<dyn DataLoaderIterator<T> + '_>],
     window: usize,
-) -> Option<(Vec<Vec<T>>, Progress)> {
+) -> (Vec<Vec<T>>, Progress) {
     let mut shards = Vec::with_capacity(iterators.len());
     let mut progress = Progress::new(0, 0);
     for iterator in iterators {
@@ -423,7 +539,7 @@ fn next_window<T>(
         progress.items_processed += part.items_processed;
         progress.items_total += part.items_total;
     }
-    (!shards.iter().all(Vec::is_empty)).then_some((shards, progress))
+    (shards, progress)
 }
 
 /// Casts each gradient to its parameter's float type: a plain optimizer steps f16 parameters
@@ -491,13 +607,37 @@ where
         let window = self.window(components.grad_accumulation);
         let devices = self.replicas.devices();
         let main = self.replicas.main();
-        let loaders_train: Vec<_> = split_dataloader(loader_train, devices)
+        let peers = self.replicas.peers();
+        let epochs = (starting_epoch, components.num_epochs);
+        let settings = self.settings(&learner.model(), window, epochs);
+        let layout = peers.handshake(devices.len(), &settings);
+        // Every rank splits the loader into one part per replica of the job, as one process
+        // with all of them would (each part's shuffle is forked from the loader's in order),
+        // and keeps its own parts.
+        let parts = layout.first..layout.first + devices.len();
+        let all_devices: Vec<_> = (0..layout.total)
+            .map(|index| match parts.contains(&index) {
+                true => devices[index - layout.first].clone(),
+                false => main.clone(),
+            })
+            .collect();
+        let loaders_train: Vec<_> = split_dataloader(loader_train, &all_devices)
             .into_iter()
+            .skip(parts.start)
             .zip(devices)
             .map(|(loader, device)| loader.to_device(device))
             .collect();
         let loader_valid = loader_valid.to_device(main.inner());
         learner.fork(main);
+        if peers.size() > 1 {
+            // Rank 0's weights, whatever each rank initialised.
+            let root = match peers.is_root() {
+                true => wire::write_weights(&learner.model()),
+                false => Vec::new(),
+            };
+            let weights = peers.broadcast(root);
+            learner.load_model(wire::read_weights(learner.model(), &weights).into_record());
+        }
         // A shuffling loader draws a new order each epoch: draw those of the skipped epochs.
         for _ in 1..starting_epoch {
             for loader in &loaders_train {
@@ -511,7 +651,7 @@ where
 
         for epoch in starting_epoch..=components.num_epochs {
             let progress = Progress::new(epoch, components.num_epochs);
-            self.train_epoch(
+            let stopped = self.train_epoch(
                 &mut learner,
                 &loaders_train,
                 window,
@@ -519,28 +659,33 @@ where
                 &mut processor,
                 &interrupter,
             );
-            if interrupter.should_stop() {
+            if stopped {
                 let reason = interrupter.get_message();
                 log::info!(
                     "training interrupted: {}",
-                    reason.as_deref().unwrap_or("no reason given")
+                    reason.as_deref().unwrap_or("by another rank")
                 );
                 break;
             }
-            valid_epoch(
-                &learner,
-                &loader_valid,
-                &progress,
-                &mut processor,
-                &interrupter,
-            );
-            if let Some(checkpointer) = &mut checkpointer {
-                checkpointer.checkpoint(&learner, epoch, &components.event_store);
-            }
-            if let Some(early_stopping) = &mut early_stopping {
-                if early_stopping.should_stop(epoch, &components.event_store) {
-                    break;
+            // Rank 0 alone validates, writes checkpoints and decides to stop early.
+            let mut stop_early = false;
+            if peers.is_root() {
+                valid_epoch(
+                    &learner,
+                    &loader_valid,
+                    &progress,
+                    &mut processor,
+                    &interrupter,
+                );
+                if let Some(checkpointer) = &mut checkpointer {
+                    checkpointer.checkpoint(&learner, epoch, &components.event_store);
                 }
+                if let Some(early_stopping) = &mut early_stopping {
+                    stop_early = early_stopping.should_stop(epoch, &components.event_store);
+                }
+            }
+            if peers.broadcast_flag(stop_early) {
+                break;
             }
         }
         (learner.model(), processor)

@@ -16,13 +16,16 @@ use burn_sam::strategy::{map_grads, perturb, transfers_through_host, GradMap};
 use burn_sam::SamConfig;
 
 use super::pass_scale::with_pass_scale;
+use super::peers::{Peers, Reader, Writer};
 use super::transfer::{fork_to, grads_to};
+use super::wire::{read_grads, write_grads};
 use crate::grad_sum::{Summed, WeightedSum};
 
-/// Bytes sent between the replicas' devices (the model or the perturbed model out to each
-/// replica but the main one, their gradients back), counted as they are sent, and the
-/// optimizer steps they served. The same devices listed twice (CPU tests) count the bytes a
-/// transfer between distinct devices would move.
+/// Bytes this process sent: between its replicas' devices (the model or the perturbed model
+/// out to each replica but the main one, their gradients back) and, across MPI ranks, its
+/// replicas' gradients to each other rank; counted as they are sent, with the optimizer steps
+/// they served. The same devices listed twice (CPU tests) count the bytes a transfer between
+/// distinct devices would move.
 ///
 /// ```
 /// use burn_sam_accum::train::Traffic;
@@ -67,10 +70,12 @@ impl Traffic {
     }
 }
 
-/// The devices of the replicas, the first one the main device (the optimizer's).
+/// The devices of this process's replicas, the first one the main device (the optimizer's),
+/// and the other processes whose replicas' gradients are combined with them.
 pub(super) struct Replicas<B: AutodiffBackend> {
     devices: Vec<Device<B>>,
     traffic: Traffic,
+    peers: Peers,
 }
 
 /// The combined result of one pass over the replicas.
@@ -92,7 +97,17 @@ impl<B: AutodiffBackend> Replicas<B> {
         Self {
             devices,
             traffic: Traffic::default(),
+            peers: Peers::default(),
         }
+    }
+
+    #[cfg(feature = "mpi")]
+    pub fn with_peers(self, peers: Peers) -> Self {
+        Self { peers, ..self }
+    }
+
+    pub fn peers(&self) -> &Peers {
+        &self.peers
     }
 
     pub fn devices(&self) -> &[Device<B>] {
@@ -109,7 +124,8 @@ impl<B: AutodiffBackend> Replicas<B> {
 
     /// The window's gradient at `model`, replica `r` taking the gradient of
     /// `sum_i weights[r][i] L(shards[r][i])` on its device, in its thread, with every loss
-    /// scaled by `loss_scale`. With `local`, each
+    /// scaled by `loss_scale`; across ranks, summed with the other ranks' replicas' in rank
+    /// order (every rank then holds bitwise the same sum). With `local`, each
     /// replica first moves its copy by its own gradient ([`perturb`]) and gives the gradient
     /// at its moved copy; one whose gradient was not finite gives that gradient instead, so
     /// that the combined one is not finite and the step is skipped everywhere.
@@ -156,15 +172,19 @@ impl<B: AutodiffBackend> Replicas<B> {
                     .collect()
             }),
         };
-        // Summed in replica order: the result does not depend on which thread finished first.
-        let mut sum = WeightedSum::default();
         let mut outputs = Vec::with_capacity(passes.len());
+        let mut local = Vec::with_capacity(passes.len());
         for (index, (summed, replica, replica_outputs)) in passes {
             let grads = self.receive_grads(index, summed.grads, &replica);
-            let summed = Summed { grads, ..summed };
+            local.push(Summed { grads, ..summed });
+            outputs.push(replica_outputs);
+        }
+        // Summed in replica order: the result does not depend on which thread, or which rank,
+        // finished first.
+        let mut sum = WeightedSum::default();
+        for summed in self.exchange(model, local) {
             sum.add_summed(model, summed)
                 .unwrap_or_else(|error| panic!("{error}"));
-            outputs.push(replica_outputs);
         }
         let Summed { grads, as_came } = sum.finish();
         Combined {
@@ -172,6 +192,35 @@ impl<B: AutodiffBackend> Replicas<B> {
             as_came,
             outputs,
         }
+    }
+
+    /// Every rank's replicas' gradients, in rank order, this rank's `local` among them: each
+    /// rank sends its own to every other (an all-gather) rather than reducing in the network,
+    /// whose order of additions MPI does not fix.
+    fn exchange<M: AutodiffModule<B>>(&self, model: &M, local: Vec<Summed>) -> Vec<Summed> {
+        if self.peers.size() == 1 {
+            return local;
+        }
+        let mut mine = Writer::default();
+        mine.u64(local.len() as u64);
+        for summed in &local {
+            write_grads(&mut mine, model, summed);
+        }
+        self.traffic
+            .send((mine.0.len() * (self.peers.size() - 1)) as u64);
+        let mut local = Some(local);
+        let mut all = Vec::new();
+        for (rank, bytes) in self.peers.all_gather(mine.0).iter().enumerate() {
+            if rank == self.peers.rank() {
+                all.extend(local.take().into_iter().flatten());
+                continue;
+            }
+            let mut reader = Reader::new(bytes);
+            for _ in 0..reader.u64() {
+                all.push(read_grads(&mut reader, model, self.main()));
+            }
+        }
+        all
     }
 
     /// The model on replica `index`'s device, counted as sent unless that is the main one.

@@ -12,7 +12,8 @@ fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B
     if tensor.device() == *device || !transfers_through_host::<B>(device) {
         return tensor.to_device(device);
     }
-    Tensor::from_data(tensor.into_data(), device)
+    let dtype = tensor.dtype();
+    Tensor::from_data(tensor.into_data(), (device, dtype))
 }
 
 /// The module on `device` with a fresh autodiff graph (`Module::fork`).

@@ -1,0 +1,312 @@
+//! Data-parallel SAM across MPI ranks (feature `mpi`). Every rank runs this program under
+//! `mpirun -np N`; `cargo xtask ci` (and `cargo xtask test-mpi`) runs each scenario:
+//!
+//! - `ranks` (N = 2 or 3): each rank's replicas against one process holding every replica of
+//!   the job, bitwise: Synced and Local on uneven shards, every SAM-family member, rho 0
+//!   against plain data parallelism, f16 with loss scaling and an overflow on one rank; with
+//!   N = 3 the ranks hold 1, 2 and 1 replicas. Rank 1 starts from other weights: rank 0's
+//!   are sent to it.
+//! - `mismatch` (N = 2): rank 1 accumulates 2 batches per step, rank 0 one: must fail on
+//!   every rank with the difference named.
+//! - `die DIR` (N = 2): checkpoints into DIR, and rank 1 aborts in the middle of epoch 2: the
+//!   job must end with rank 1 named.
+//! - `resume DIR` (N = 2): resumes from DIR's epoch-1 checkpoint; must end with the weights of
+//!   the uninterrupted run.
+//!
+//! The harness is this `main` (MPI is initialised and finalised once per process).
+
+#[allow(dead_code)]
+mod data_parallel;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use burn::backend::{Autodiff, Flex};
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
+use burn::optim::Optimizer;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Device, FloatDType, Tensor};
+use burn::train::Learner;
+use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamVariant};
+use burn_sam_accum::train::{Ascent, Ranks, SamTraining};
+use burn_sam_accum::WindowOptimizer;
+use burn_sam_suite::{ClassBatch, ClassBatcher, Example};
+use data_parallel as dp;
+
+type B = Autodiff<Flex>;
+type Model = dp::Model<B>;
+
+fn main() {
+    let ranks = Ranks::init().expect("MPI initialised");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = || PathBuf::from(args.get(1).expect("a checkpoint folder after the scenario"));
+    match args.first().map(String::as_str) {
+        Some("ranks") => ranks_equal_one_process(&ranks),
+        Some("mismatch") => mismatch(&ranks),
+        Some("die") => die(&ranks, &dir()),
+        Some("resume") => resume(&ranks, &dir()),
+        other => panic!("scenario {other:?}: give ranks, mismatch, die DIR or resume DIR"),
+    }
+    println!(
+        "rank {} of {}: {} passed",
+        ranks.rank(),
+        ranks.size(),
+        args[0]
+    );
+}
+
+fn device() -> Device<B> {
+    Default::default()
+}
+
+/// The same initial model on every rank and in every run.
+fn model() -> Model {
+    B::seed(&device(), 17);
+    dp::model::<B>(&device())
+}
+
+/// Rank 0's model; another one elsewhere (the strategy must send rank 0's).
+fn model_on(ranks: &Ranks) -> Model {
+    struct Double;
+    impl ModuleMapper<B> for Double {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let (id, tensor, mapper) = param.consume();
+            let doubled = Tensor::from_inner(tensor.inner().mul_scalar(2.0)).require_grad();
+            Param::from_mapped_value(id, doubled, mapper)
+        }
+    }
+    match ranks.rank() {
+        0 => model(),
+        _ => model().map(&mut Double),
+    }
+}
+
+/// A folder of this process's own.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("burn-sam-mpi-{}-{name}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// 31 examples in batches of 8, shuffled: with 2 replicas, 15 and 16 examples (uneven).
+fn data() -> Arc<dyn DataLoader<B, ClassBatch<B>>> {
+    DataLoaderBuilder::new(ClassBatcher)
+        .batch_size(8)
+        .shuffle(3)
+        .build(InMemDataset::new(dp::examples()))
+}
+
+/// This rank's devices: 1 replica, 2 on rank 1 of 3.
+fn rank_devices(ranks: &Ranks) -> Vec<Device<B>> {
+    match (ranks.size(), ranks.rank()) {
+        (3, 1) => vec![device(), device()],
+        _ => vec![device()],
+    }
+}
+
+/// The replicas of the whole job, in one process.
+fn job_devices(ranks: &Ranks) -> Vec<Device<B>> {
+    vec![device(); if ranks.size() == 3 { 4 } else { ranks.size() }]
+}
+
+/// `epochs` of training with `optim` on `devices`, across the ranks or not.
+fn train<O>(
+    ranks: Option<&Ranks>,
+    start: Model,
+    devices: Vec<Device<B>>,
+    optim: O,
+    ascent: Ascent,
+    data: Arc<dyn DataLoader<B, ClassBatch<B>>>,
+) -> Vec<f64>
+where
+    O: WindowOptimizer<Model, B> + Optimizer<Model, B> + 'static,
+{
+    let strategy = SamTraining::data_parallel(devices, &optim, ascent)
+        .unwrap()
+        .with_items(ClassBatch::len);
+    let strategy = match ranks {
+        Some(ranks) => strategy.across_ranks(ranks),
+        None => strategy,
+    };
+    let name = format!("run-{}", ranks.is_some());
+    let learner = Learner::new(start, optim, dp::scheduler());
+    let trained = dp::run(&scratch(&name), data, 3, learner, strategy, None);
+    dp::weights(&trained)
+}
+
+fn ranks_equal_one_process(ranks: &Ranks) {
+    let sam = |variant: SamVariant| {
+        SamConfig::new()
+            .with_rho(0.05)
+            .with_variant(variant)
+            .init(dp::sgd::<B>(true))
+    };
+    let mut cases = vec![
+        (SamVariant::Sam, Ascent::Synced),
+        (SamVariant::Sam, Ascent::Local),
+    ];
+    if ranks.size() == 2 {
+        // LookSAM every second step: full and one-pass steps both cross the ranks.
+        for variant in [
+            SamVariant::gsam(),
+            SamVariant::LookSam { k: 2, alpha: 0.7 },
+            SamVariant::friendly_sam(),
+            SamVariant::momentum_sam(),
+        ] {
+            cases.push((variant, Ascent::Synced));
+        }
+    }
+    for (variant, ascent) in cases {
+        let name = variant.name();
+        let optim = sam(variant.clone());
+        let expected = train(None, model(), job_devices(ranks), optim, ascent, data());
+        let optim = sam(variant);
+        let start = model_on(ranks);
+        let actual = train(
+            Some(ranks),
+            start,
+            rank_devices(ranks),
+            optim,
+            ascent,
+            data(),
+        );
+        assert!(
+            actual != dp::weights(&model()),
+            "{name} {ascent:?}: trained"
+        );
+        assert!(
+            actual == expected,
+            "{name} {ascent:?}: not bitwise one process's"
+        );
+    }
+    if ranks.size() != 2 {
+        return;
+    }
+    // rho 0: plain data parallelism across the ranks.
+    let plain = train(
+        Some(ranks),
+        model(),
+        rank_devices(ranks),
+        dp::sgd::<B>(true),
+        Ascent::Synced,
+        data(),
+    );
+    for ascent in [Ascent::Synced, Ascent::Local] {
+        let optim = dp::sam::<B>(0.0);
+        let zero = train(
+            Some(ranks),
+            model(),
+            rank_devices(ranks),
+            optim,
+            ascent,
+            data(),
+        );
+        assert!(
+            zero == plain,
+            "rho 0, {ascent:?}: not plain data parallelism"
+        );
+    }
+    f16_overflow_on_one_rank(ranks);
+}
+
+/// f16 with loss scaling: an infinite feature in rank 1's shard skips the step on both ranks
+/// (weights bitwise unchanged) and halves the scale once.
+fn f16_overflow_on_one_rank(ranks: &Ranks) {
+    let start = cast_params(model(), FloatDType::F16);
+    let mut poisoned = dp::examples();
+    poisoned[20].features[0] = f32::INFINITY;
+    for ascent in [Ascent::Synced, Ascent::Local] {
+        let optim = SamConfig::new()
+            .with_rho(0.05)
+            .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(1024.0)))
+            .init(dp::sgd::<B>(true));
+        let handle = optim.loss_scale_handle();
+        let strategy = SamTraining::data_parallel(rank_devices(ranks), &optim, ascent)
+            .unwrap()
+            .with_items(ClassBatch::len)
+            .across_ranks(ranks);
+        // One step: each rank's shard in one batch.
+        let after = dp::run(
+            &scratch("f16"),
+            dp::loader(poisoned.clone(), 16),
+            1,
+            Learner::new(start.clone(), optim, 0.1),
+            strategy,
+            None,
+        );
+        assert!(
+            dp::weights(&after) == dp::weights(&start.valid()),
+            "f16 {ascent:?}: the overflowing step moved the weights"
+        );
+        assert_eq!((handle.get(), handle.overflows()), (512.0, 1), "{ascent:?}");
+    }
+}
+
+fn mismatch(ranks: &Ranks) {
+    let optim = dp::sam::<B>(0.05);
+    let strategy = SamTraining::data_parallel(rank_devices(ranks), &optim, Ascent::Synced)
+        .unwrap()
+        .with_accumulation(ranks.rank() + 1)
+        .unwrap()
+        .across_ranks(ranks);
+    let learner = Learner::new(model(), optim, dp::scheduler());
+    dp::run(&scratch("mismatch"), data(), 1, learner, strategy, None);
+    panic!("ranks with different windows were not refused");
+}
+
+/// A batcher that aborts the process (a crash, no unwinding) at its `after`-th batch.
+struct Dying {
+    after: usize,
+    batches: AtomicUsize,
+}
+
+impl Batcher<B, Example, ClassBatch<B>> for Dying {
+    fn batch(&self, items: Vec<Example>, device: &Device<B>) -> ClassBatch<B> {
+        if self.batches.fetch_add(1, Ordering::Relaxed) + 1 == self.after {
+            eprintln!("rank 1 dies here, in epoch 2");
+            std::process::abort();
+        }
+        ClassBatcher.batch(items, device)
+    }
+}
+
+/// 3 epochs, checkpointed into `dir` by rank 0; the full run's data on every rank.
+fn checkpointed(ranks: &Ranks, dir: &Path, batcher: Dying, resume: Option<usize>) -> Vec<f64> {
+    let data = DataLoaderBuilder::new(batcher)
+        .batch_size(4)
+        .shuffle(5)
+        .build(InMemDataset::new(dp::examples()));
+    let optim = dp::sam::<B>(0.05);
+    let strategy = SamTraining::data_parallel(vec![device()], &optim, Ascent::Synced)
+        .unwrap()
+        .with_items(ClassBatch::len)
+        .across_ranks(ranks);
+    let learner = Learner::new(model_on(ranks), optim, dp::scheduler());
+    dp::weights(&dp::run(dir, data, 3, learner, strategy, resume))
+}
+
+/// Rank 1 has 4 batches per epoch (16 examples): its 6th batch is in epoch 2.
+fn die(ranks: &Ranks, dir: &Path) {
+    let after = if ranks.rank() == 1 { 6 } else { 0 };
+    let batcher = Dying {
+        after,
+        batches: AtomicUsize::new(0),
+    };
+    checkpointed(ranks, dir, batcher, None);
+    panic!("rank 1 was to die in epoch 2");
+}
+
+fn resume(ranks: &Ranks, dir: &Path) {
+    let never = || Dying {
+        after: 0,
+        batches: AtomicUsize::new(0),
+    };
+    let resumed = checkpointed(ranks, dir, never(), Some(1));
+    let uninterrupted = checkpointed(ranks, &scratch("uninterrupted"), never(), None);
+    assert!(resumed == uninterrupted, "the resumed run ended elsewhere");
+}
