@@ -26,6 +26,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
+use burn::lr_scheduler::LrScheduler;
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::Optimizer;
 use burn::tensor::backend::Backend;
@@ -33,7 +34,7 @@ use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::Learner;
 use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::train::{Ascent, Ranks, SamTraining};
-use burn_sam_accum::WindowOptimizer;
+use burn_sam_accum::{AccumError, WindowOptimizer};
 use burn_sam_suite::{ClassBatch, ClassBatcher, Example};
 use data_parallel as dp;
 
@@ -281,13 +282,29 @@ fn checkpointed(ranks: &Ranks, dir: &Path, batcher: Dying, resume: Option<usize>
         .batch_size(4)
         .shuffle(5)
         .build(InMemDataset::new(dp::examples()));
-    let optim = dp::sam::<B>(0.05);
-    let strategy = SamTraining::data_parallel(vec![device()], &optim, Ascent::Synced)
-        .unwrap()
-        .with_items(ClassBatch::len)
-        .across_ranks(ranks);
+    let (strategy, optim) = readme_strategy(ranks, vec![device()], dp::sam::<B>(0.05)).unwrap();
     let learner = Learner::new(model_on(ranks), optim, dp::scheduler());
     dp::weights(&dp::run(dir, data, 3, learner, strategy, resume))
+}
+
+/// The README's lines (`readme-test: mpi`).
+#[allow(clippy::type_complexity)]
+fn readme_strategy<LR, O>(
+    job: &Ranks,
+    devices: Vec<Device<B>>,
+    optim: O,
+) -> Result<(SamTraining<dp::Components<B, LR, O>>, O), AccumError>
+where
+    LR: LrScheduler + 'static,
+    O: WindowOptimizer<Model, B> + 'static,
+{
+    let ranks = job.clone();
+    // readme: mpi
+    let strategy = SamTraining::data_parallel(devices, &optim, Ascent::Synced)?
+        .across_ranks(&ranks) // ranks: `Ranks::init()?`, once per process, kept until the end
+        .with_items(|batch: &ClassBatch<B>| batch.targets.dims()[0]);
+    // readme-end
+    Ok((strategy, optim))
 }
 
 /// Rank 1 has 4 batches per epoch (16 examples): its 6th batch is in epoch 2.

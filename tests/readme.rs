@@ -1,6 +1,7 @@
 //! The README's Rust snippets, compiled and run on the UCI digits, and checked to be the
 //! README's text: each `<!-- readme-test: NAME -->` block of README.md must equal the region
-//! `// readme: NAME` ... `// readme-end` of this file or of `src/classifier.rs` (a `diff`
+//! `// readme: NAME` ... `// readme-end` of this file, `src/classifier.rs` or `mpi_ranks.rs`
+//! (built with the `mpi` feature; a `diff`
 //! block: its `+` and context lines), and every `rust` block of README.md must have such a
 //! marker.
 
@@ -303,6 +304,7 @@ fn region(name: &str) -> Vec<String> {
     let source = [
         include_str!("readme.rs"),
         include_str!("../src/classifier.rs"),
+        include_str!("mpi_ranks.rs"),
     ]
     .join("\n");
     let start = format!("// readme: {name}");
