@@ -20,7 +20,7 @@ mod data_parallel;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn::backend::{Autodiff, Flex};
 use burn::data::dataloader::batcher::Batcher;
@@ -28,14 +28,17 @@ use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
 use burn::lr_scheduler::LrScheduler;
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
-use burn::optim::Optimizer;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Device, FloatDType, Tensor};
-use burn::train::Learner;
+use burn::train::{
+    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+};
 use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::train::{Ascent, Ranks, SamTraining};
 use burn_sam_accum::{AccumError, WindowOptimizer};
-use burn_sam_suite::{ClassBatch, ClassBatcher, Example};
+use burn_sam_suite::{ClassBatch, ClassBatcher, Example, Quiet};
 use data_parallel as dp;
 
 type B = Autodiff<Flex>;
@@ -115,19 +118,21 @@ fn job_devices(ranks: &Ranks) -> Vec<Device<B>> {
     vec![device(); if ranks.size() == 3 { 4 } else { ranks.size() }]
 }
 
-/// `epochs` of training with `optim` on `devices`, across the ranks or not.
+/// 3 epochs of training with `optim` on `devices`, `window` batches per replica and step,
+/// across the ranks or not.
 fn train<O>(
     ranks: Option<&Ranks>,
     start: Model,
     devices: Vec<Device<B>>,
     optim: O,
-    ascent: Ascent,
-    data: Arc<dyn DataLoader<B, ClassBatch<B>>>,
+    (ascent, window): (Ascent, usize),
 ) -> Vec<f64>
 where
     O: WindowOptimizer<Model, B> + Optimizer<Model, B> + 'static,
 {
     let strategy = SamTraining::data_parallel(devices, &optim, ascent)
+        .unwrap()
+        .with_accumulation(window)
         .unwrap()
         .with_items(ClassBatch::len);
     let strategy = match ranks {
@@ -136,7 +141,7 @@ where
     };
     let name = format!("run-{}", ranks.is_some());
     let learner = Learner::new(start, optim, dp::scheduler());
-    let trained = dp::run(&scratch(&name), data, 3, learner, strategy, None);
+    let trained = dp::run(&scratch(&name), data(), 3, learner, strategy, None);
     dp::weights(&trained)
 }
 
@@ -147,9 +152,11 @@ fn ranks_equal_one_process(ranks: &Ranks) {
             .with_variant(variant)
             .init(dp::sgd::<B>(true))
     };
+    // Windows of 3 batches: every replica's window is short (2 batches per epoch).
     let mut cases = vec![
-        (SamVariant::Sam, Ascent::Synced),
-        (SamVariant::Sam, Ascent::Local),
+        (SamVariant::Sam, (Ascent::Synced, 1)),
+        (SamVariant::Sam, (Ascent::Local, 1)),
+        (SamVariant::Sam, (Ascent::Synced, 3)),
     ];
     if ranks.size() == 2 {
         // LookSAM every second step: full and one-pass steps both cross the ranks.
@@ -159,23 +166,22 @@ fn ranks_equal_one_process(ranks: &Ranks) {
             SamVariant::friendly_sam(),
             SamVariant::momentum_sam(),
         ] {
-            cases.push((variant, Ascent::Synced));
+            cases.push((variant, (Ascent::Synced, 1)));
         }
     }
-    for (variant, ascent) in cases {
+    for (variant, setup) in cases {
         let name = variant.name();
         let optim = sam(variant.clone());
-        let expected = train(None, model(), job_devices(ranks), optim, ascent, data());
+        let expected = train(None, model(), job_devices(ranks), optim, setup);
         let optim = sam(variant);
-        let start = model_on(ranks);
         let actual = train(
             Some(ranks),
-            start,
+            model_on(ranks),
             rank_devices(ranks),
             optim,
-            ascent,
-            data(),
+            setup,
         );
+        let ascent = setup;
         assert!(
             actual != dp::weights(&model()),
             "{name} {ascent:?}: trained"
@@ -188,14 +194,29 @@ fn ranks_equal_one_process(ranks: &Ranks) {
     if ranks.size() != 2 {
         return;
     }
+    for ascent in [Ascent::Synced, Ascent::Local] {
+        let one_process = watched(None, job_devices(ranks), ascent);
+        let this_rank = watched(Some(ranks), rank_devices(ranks), ascent);
+        assert_eq!(this_rank.len(), 12, "{ascent:?}: 6 steps of 2 passes");
+        // Synced: both replicas run every pass at the same weights, in the same order. Local:
+        // each replica's second pass is at its own perturbation, and one process's replicas
+        // note theirs in whichever order their threads run.
+        let same = match ascent {
+            Ascent::Synced => this_rank == one_process,
+            Ascent::Local => this_rank.iter().all(|pass| one_process.contains(pass)),
+        };
+        assert!(
+            same,
+            "{ascent:?}: the weights of some pass differ from one process's"
+        );
+    }
     // rho 0: plain data parallelism across the ranks.
     let plain = train(
         Some(ranks),
         model(),
         rank_devices(ranks),
         dp::sgd::<B>(true),
-        Ascent::Synced,
-        data(),
+        (Ascent::Synced, 1),
     );
     for ascent in [Ascent::Synced, Ascent::Local] {
         let optim = dp::sam::<B>(0.0);
@@ -204,8 +225,7 @@ fn ranks_equal_one_process(ranks: &Ranks) {
             model(),
             rank_devices(ranks),
             optim,
-            ascent,
-            data(),
+            (ascent, 1),
         );
         assert!(
             zero == plain,
@@ -213,6 +233,76 @@ fn ranks_equal_one_process(ranks: &Ranks) {
         );
     }
     f16_overflow_on_one_rank(ranks);
+}
+
+mod watched {
+    use burn::module::Module;
+    use burn::tensor::backend::Backend;
+    use burn_sam_suite::Classifier;
+
+    /// A classifier that notes the weights each pass runs at (every step's `w`, then `w + e`).
+    #[derive(Module, Debug)]
+    pub struct Watched<B: Backend> {
+        pub classifier: Classifier<B>,
+    }
+}
+use watched::Watched;
+
+/// A fingerprint of the weights of each pass, in order.
+static PASSES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+impl TrainStep for Watched<B> {
+    type Input = ClassBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let weights = dp::weights(&self.classifier);
+        let fingerprint = weights
+            .iter()
+            .map(|w| w.to_bits())
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, bits| {
+                (hash ^ bits).wrapping_mul(0x0100_0000_01b3)
+            });
+        PASSES.lock().unwrap().push(fingerprint);
+        TrainStep::step(&self.classifier, batch)
+    }
+}
+
+impl InferenceStep for Watched<Flex> {
+    type Input = ClassBatch<Flex>;
+    type Output = ClassificationOutput<Flex>;
+
+    fn step(&self, batch: ClassBatch<Flex>) -> ClassificationOutput<Flex> {
+        InferenceStep::step(&self.classifier, batch)
+    }
+}
+
+/// The weights every pass of 3 epochs of SAM ran at, on `devices` (across the ranks or not),
+/// each pass once (the replicas of one process run a pass at the same weights).
+fn watched(ranks: Option<&Ranks>, devices: Vec<Device<B>>, ascent: Ascent) -> Vec<u64> {
+    let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9)));
+    let optim = SamConfig::new().with_rho(0.05).init(sgd.init());
+    let strategy = SamTraining::data_parallel(devices, &optim, ascent)
+        .unwrap()
+        .with_items(ClassBatch::len);
+    let strategy = match ranks {
+        Some(ranks) => strategy.across_ranks(ranks),
+        None => strategy,
+    };
+    let valid = dp::loader::<Flex>(dp::examples(), 8);
+    PASSES.lock().unwrap().clear();
+    let model = Watched {
+        classifier: model(),
+    };
+    SupervisedTraining::new(scratch("watched"), data(), valid)
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .num_epochs(3)
+        .with_training_strategy(strategy.into_strategy())
+        .launch(Learner::new(model, optim, dp::scheduler()));
+    let mut passes = std::mem::take(&mut *PASSES.lock().unwrap());
+    passes.dedup();
+    passes
 }
 
 /// f16 with loss scaling: an infinite feature in rank 1's shard skips the step on both ranks
