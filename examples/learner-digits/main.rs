@@ -96,11 +96,18 @@ pub struct Args {
     noise: f64,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Where Burn writes metrics logs and checkpoints.
+    /// Where Burn writes metrics logs and checkpoints (rank 0 alone, under MPI).
     #[arg(long, default_value = "target/learner-digits")]
     artifacts: PathBuf,
+    /// Continue from the last checkpoint in --artifacts, if there is one (under MPI every rank
+    /// reads rank 0's: the folder must be shared).
+    #[arg(long)]
+    resume: bool,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/digits.csv.gz"))]
     data: PathBuf,
+    /// This process's MPI rank (set by the program, not a flag).
+    #[arg(skip)]
+    rank: usize,
 }
 
 /// This process's place in the job: rank 0 of 1 without the `mpi` feature or `mpirun`.
@@ -201,11 +208,35 @@ where
         .with_file_checkpointer(CompactRecorder::new())
         .num_epochs(args.epochs)
         .summary();
+    // Under MPI the other ranks write nothing: rank 0 logs, reports and checkpoints.
+    let training = match args.rank {
+        0 => training,
+        _ => training.with_application_logger(None),
+    };
+    let training = match args.resume.then(|| last_checkpoint(&args.artifacts)).flatten() {
+        Some(epoch) => {
+            eprintln!("resuming after epoch {epoch}");
+            training.checkpoint(epoch)
+        }
+        None => training,
+    };
     let training = match strategy {
         Some(strategy) => training.with_training_strategy(strategy),
         None => training,
     };
     training.launch(learner).model
+}
+
+/// The epoch of the last checkpoint Burn's file checkpointer wrote into `artifacts`.
+fn last_checkpoint(artifacts: &std::path::Path) -> Option<usize> {
+    std::fs::read_dir(artifacts.join("checkpoint"))
+        .ok()?
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            name.strip_prefix("model-")?.split('.').next()?.parse().ok()
+        })
+        .max()
 }
 
 fn check(args: &Args) -> Result<(), String> {
@@ -251,11 +282,7 @@ pub fn run(args: &Args) -> Result<f64, String> {
     // Every replica of the job, over every rank.
     let replicas = args.devices * job.size();
     let args = &Args {
-        // Rank 0 writes the checkpoints and logs; the others keep their folders apart.
-        artifacts: match job.rank() {
-            0 => args.artifacts.clone(),
-            rank => args.artifacts.join(format!("rank-{rank}")),
-        },
+        rank: job.rank(),
         ..args.clone()
     };
     let digits = Digits::load(&args.data)?;

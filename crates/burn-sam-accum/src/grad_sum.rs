@@ -24,6 +24,7 @@ pub(crate) struct Summed {
     pub grads: GradientsParams,
     /// Whether `grads` is one gradient as `backward` gave it (in the parameters' float type),
     /// rather than a sum in f32.
+    #[cfg_attr(not(feature = "train"), allow(dead_code))]
     pub as_came: bool,
 }
 
@@ -40,6 +41,7 @@ impl WeightedSum {
     }
 
     /// Adds a finished sum, with weight 1.
+    #[cfg_attr(not(feature = "train"), allow(dead_code))]
     pub fn add_summed<B: AutodiffBackend, M: AutodiffModule<B>>(
         &mut self,
         module: &M,

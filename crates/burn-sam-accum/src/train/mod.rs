@@ -24,6 +24,12 @@
 //! global batch), or on each replica from its own gradient ([`Ascent::Local`]: m-sharpness, no
 //! exchange before the descent). [`Traffic`] counts the bytes moved between devices.
 //!
+//! Across the processes of an MPI job (cargo feature `mpi`, [`SamTraining::across_ranks`]):
+//! each rank runs its own replicas, the loader is split into one part per replica of the job,
+//! and each step every rank all-gathers the replicas' gradients and sums them in rank order,
+//! so every rank holds bitwise the weights one process with all the replicas would. Rank 0
+//! alone validates, reports metrics and writes checkpoints.
+//!
 //! Loss scaling (f16 models): wrap the optimizer with loss scaling ([`SamConfig::loss_scaling`]
 //! or [`LossScaled`](burn_sam::LossScaled)) and call [`scale_loss`] on the loss the
 //! `TrainStep` back-propagates (on every replica's thread: the strategy sets the pass's scale
