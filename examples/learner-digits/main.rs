@@ -213,7 +213,8 @@ where
         0 => training,
         _ => training.with_application_logger(None),
     };
-    let training = match args.resume.then(|| last_checkpoint(&args.artifacts)).flatten() {
+    let resume = args.resume.then(|| last_checkpoint(&args.artifacts));
+    let training = match resume.flatten() {
         Some(epoch) => {
             eprintln!("resuming after epoch {epoch}");
             training.checkpoint(epoch)
