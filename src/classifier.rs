@@ -90,20 +90,23 @@ impl<B: Backend> Batcher<B, Example, ClassBatch<B>> for ClassBatcher {
 
 // The regions marked `readme:` are shown in README.md, which `tests/readme.rs` checks.
 impl<B: Backend> Classifier<B> {
+    // readme: f16-forward
+    /// Class logits, in f32 whatever the weights' float type.
+    pub fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
+        // Burn does not mix float types in one operation: the inputs are cast to the weights'
+        // type (f16 after `cast_params`), the logits back to f32 for an exact loss. Here, not
+        // in the loss, so that code evaluating the model after training works unchanged.
+        let dtype = self.mlp.layers[0].weight.val().dtype();
+        self.mlp.forward(inputs.cast(dtype)).cast(FloatDType::F32)
+    }
+    // readme-end
+
     /// Logits and the mean cross-entropy, computed in f32.
     pub fn forward_classification(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
-        // readme: f16-forward
-        // Burn does not mix float types in one operation: the inputs are cast to the weights'
-        // type (f16 after `cast_params`), the logits back to f32 for an exact loss.
-        let dtype = self.mlp.layers[0].weight.val().dtype();
-        let logits = self
-            .mlp
-            .forward(batch.inputs.cast(dtype))
-            .cast(FloatDType::F32);
+        let logits = self.forward(batch.inputs);
         let loss = CrossEntropyLossConfig::new()
             .init(&logits.device())
             .forward(logits.clone(), batch.targets.clone());
-        // readme-end
         ClassificationOutput::new(loss, logits, batch.targets)
     }
 

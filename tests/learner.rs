@@ -27,7 +27,9 @@ use burn::train::{
     ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
     TrainOutput, TrainStep,
 };
-use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
+use burn_sam::{
+    cast_params, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant,
+};
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{
@@ -513,8 +515,12 @@ fn an_f16_model_trains_with_loss_scaling() {
         4,
         "f32 masters of the f16 weights"
     );
-    // The loss scale and the overflowed steps are reported once per epoch.
+    // The loss scale and the overflowed steps are reported once per epoch, after a first line
+    // that says SAM is on.
     let log = log.lock().unwrap();
+    let start = "burn-sam: SamTraining: SAM (Sam), rho 0.05, 2 passes per step; \
+                 loss scaling on (scale 1024); 1 batch per step; 1 device";
+    assert!(log.iter().any(|l| l == start), "{log:?}");
     for epoch in [1, 2] {
         let line = format!("epoch {epoch}: loss scale ");
         assert!(log.iter().any(|l| l.starts_with(&line)), "{log:?}");
@@ -567,21 +573,29 @@ fn loss_scaling_without_scale_loss_in_the_train_step_is_refused() {
     .launch(Learner::new(model, optim, 0.05));
 }
 
+/// Burn's own strategy cannot scale the loss: a loss-scaled `Sam` or `LossScaled` there stops
+/// at the first step, naming `SamTraining`.
 #[test]
-#[should_panic(expected = "no loss was scaled since the last step")]
-fn a_loss_scaled_sam_in_burns_default_strategy_stops_with_the_fix() {
-    // Burn's own strategy cannot scale the loss: the first step stops, naming `SamTraining`.
-    let optim = SamConfig::new()
-        .with_loss_scaling(Some(LossScalerConfig::new()))
-        .init(SgdConfig::new().init());
-    SupervisedTraining::new(
-        artifacts("default-strategy"),
-        train_loader(16, None),
-        valid_loader(),
-    )
-    .renderer(Quiet)
-    .with_application_logger(None)
-    .launch(Learner::new(model(), optim, 0.05));
+fn loss_scaling_in_burns_default_strategy_stops_with_the_fix() {
+    let scaling = LossScalerConfig::new();
+    let sam = SamConfig::new()
+        .with_loss_scaling(Some(scaling.clone()))
+        .init(sgd());
+    let message = first_step_panic("default-scaled-sam", |dir| {
+        let learner = Learner::new(model(), sam, 0.05);
+        run(dir, train_loader(16, None), 2, learner, None, None);
+    });
+    assert!(message.contains("not a SAM training strategy"), "{message}");
+    let scaled = LossScaledConfig::new(scaling).init(sgd());
+    let message = first_step_panic("default-loss-scaled", |dir| {
+        let learner = Learner::new(model(), scaled, 0.05);
+        run(dir, train_loader(16, None), 2, learner, None, None);
+    });
+    assert!(
+        message.contains("no loss was scaled since the last step")
+            && message.contains("burn_sam_accum::train::SamTraining"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -714,7 +728,7 @@ fn momentum_sam_trains_at_its_look_ahead_and_keeps_w() {
         None,
     );
 
-    let mut direct = config.init(sgd());
+    let mut direct = config.init(sgd()).step_per_pass();
     let mut at_look_ahead = model;
     let mut steps = 0;
     for batch in train_loader(16, None).iter() {
@@ -730,4 +744,104 @@ fn momentum_sam_trains_at_its_look_ahead_and_keeps_w() {
         "the Learner's model is w"
     );
     assert!(max_difference(&weights(&trained), &weights(&at_look_ahead.valid())) > 1e-4);
+}
+
+/// The message of the panic that stops a run of `train` (given a fresh artifact directory
+/// `name`, Burn's file checkpointer on, 2 epochs) at its first step: no epoch ends, so nothing
+/// is validated or saved.
+fn first_step_panic(name: &str, train: impl FnOnce(&Path)) -> String {
+    let dir = artifacts(name);
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| train(&dir)))
+        .expect_err("the run must stop");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    let saved = std::fs::read_dir(dir.join("checkpoint")).map_or(0, Iterator::count);
+    assert_eq!(saved, 0, "{name}: a checkpoint was written");
+    for log in ["valid", "train/epoch-2"] {
+        assert!(!dir.join(log).exists(), "{name}: {log} was written");
+    }
+    message
+}
+
+/// Burn's default strategy steps the optimizer once per batch: `Sam` there (f32 SAM, which
+/// would ascend and descend on different batches, and Momentum-SAM, whose Learner would
+/// validate and save `w~`) stops at its first step with the fix for that variant.
+#[test]
+fn sam_in_burns_default_strategy_stops_at_its_first_step() {
+    let msam = SamVariant::momentum_sam();
+    let cases = [
+        (
+            SamConfig::new().with_rho(0.05),
+            [
+                "`Sam` (SAM) was stepped through `Optimizer::step`",
+                "ascent and descent would be taken on different batches",
+                "SamTraining::strategy(device, &optim)",
+            ],
+        ),
+        (
+            SamConfig::new().with_rho(1.0).with_variant(msam),
+            [
+                "`Sam` (Momentum-SAM)",
+                "would validate and save `w~`",
+                "optim.unperturbed(model)",
+            ],
+        ),
+    ];
+    for (config, words) in cases {
+        let sam = config.init(sgd());
+        let name = format!("default-{}", config.variant.name());
+        let message = first_step_panic(&name, |dir| {
+            let learner = Learner::new(model(), sam, 0.05);
+            run(dir, train_loader(16, Some(3)), 2, learner, None, None);
+        });
+        for words in words {
+            assert!(message.contains(words), "{words:?} not in {message}");
+        }
+    }
+}
+
+/// A `SamTraining` built from a second optimizer of the same configuration, not the one the
+/// `Learner` steps, stops at the first step with one message: f32 SAM, loss-scaled f16 SAM
+/// (whose `TrainStep` did scale its loss) and Momentum-SAM. (A strategy built from an optimizer
+/// of another type than the `Learner`'s does not compile.)
+#[test]
+fn a_strategy_built_from_another_optimizer_stops_at_its_first_step() {
+    let expected = "the `Learner` stepped another optimizer";
+    let scaling = Some(LossScalerConfig::new().with_init_scale(1024.0));
+    let configs = [
+        ("sam", SamConfig::new().with_rho(0.05), false),
+        (
+            "f16-sam",
+            SamConfig::new().with_rho(0.05).with_loss_scaling(scaling),
+            true,
+        ),
+        (
+            "msam",
+            SamConfig::new()
+                .with_rho(1.0)
+                .with_variant(SamVariant::momentum_sam()),
+            false,
+        ),
+    ];
+    for (name, config, f16) in configs {
+        let optim = config.init(sgd());
+        let other = config.init(sgd());
+        let model = match f16 {
+            true => cast_params(model(), FloatDType::F16),
+            false => model(),
+        };
+        let message = first_step_panic(&format!("other-{name}"), |dir| {
+            let strategy = SamTraining::new(Default::default(), &other);
+            let learner = Learner::new(model, optim, 0.05);
+            run(
+                dir,
+                train_loader(16, Some(3)),
+                2,
+                learner,
+                Some(strategy),
+                None,
+            );
+        });
+        assert!(message.contains(expected), "{name}: {message}");
+        assert!(!message.contains("no loss was scaled"), "{name}: {message}");
+    }
 }

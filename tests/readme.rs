@@ -96,6 +96,32 @@ fn sam_family() -> Result {
 }
 
 #[test]
+fn optimizer_step() -> Result {
+    let (lr, batches) = (0.05, batches(3));
+    let mut model = model();
+    // readme: optimizer-step
+    use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+    use burn_sam::SamConfig;
+
+    // Generic code that steps any Burn optimizer after each forward and backward pass.
+    let mut optim = SamConfig::new()
+        .try_init(SgdConfig::new().init())?
+        .step_per_pass(); // without it, `Optimizer::step` panics naming `SamTraining`
+
+    for batch in batches {
+        for _pass in 0..2 {
+            // The same batch twice: the ascent at w, the descent at w + e.
+            let grads = GradientsParams::from_grads(model.loss(&batch).backward(), &model);
+            model = optim.step(lr, model, grads);
+        }
+    }
+    // readme-end
+    assert_eq!(optim.stats().steps, 3);
+    drop(model);
+    Ok(())
+}
+
+#[test]
 fn momentum_sam() -> Result {
     let (lr, batches) = (0.05, batches(4));
     let mut model = model();

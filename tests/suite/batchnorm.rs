@@ -68,7 +68,7 @@ pub fn statistics_see_the_batch_once<B: AutodiffBackend>() {
     assert_eq!(step.module.statistics(), expected, "step_with");
     assert_ne!(tensors(&step.module.input), tensors(&start.input));
 
-    let mut sam = config.init(SgdConfig::new().init());
+    let mut sam = config.init(SgdConfig::new().init()).step_per_pass();
     let mut net = start.copy(&device);
     for _pass in 0..2 {
         let grads = GradientsParams::from_grads(net.loss(x.clone()).backward(), &net);

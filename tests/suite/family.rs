@@ -107,7 +107,7 @@ pub fn run<B: AutodiffBackend>(name: &str) {
         assert_eq!(two_pass_steps, steps, "{name}: every step takes two passes");
     }
 
-    let mut optim = config.init(torch_sgd::<B>(&case.options));
+    let mut optim = config.init(torch_sgd::<B>(&case.options)).step_per_pass();
     let mut model = reference_model::<B>(&case.sizes, &case.init);
     for (step, (expected, &lr)) in case.trajectory.iter().zip(&case.lrs).enumerate() {
         let batch = case.batch::<B>(step);

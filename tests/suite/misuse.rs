@@ -2,10 +2,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::strategy::Phases;
-use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamError, StepError};
+use burn_sam::strategy::{Handover, Phases, StepLink};
+use burn_sam::{
+    LossScaleHandle, LossScaledConfig, LossScalerConfig, SamConfig, SamError, SamVariant, StepError,
+};
 use burn_sam_suite::{Mlp, MlpConfig};
 
 use super::util::{batch_grads, poison, problem, tensors};
@@ -89,7 +92,9 @@ pub fn optimizer_step_panics_clearly<B: AutodiffBackend>() {
     let batch = &problem.batches[0];
     let model = problem.model;
     let other = MlpConfig::new(vec![5, 16, 3]).init::<B>(&Default::default());
-    let mut sam = SamConfig::new().init(SgdConfig::new().init());
+    let mut sam = SamConfig::new()
+        .init(SgdConfig::new().init())
+        .step_per_pass();
 
     let perturbed = sam.step(0.1, model.clone(), batch_grads(&model, batch));
     drop(perturbed);
@@ -102,6 +107,135 @@ pub fn optimizer_step_panics_clearly<B: AutodiffBackend>() {
         message.contains("module returned by the ascent"),
         "{message}"
     );
+}
+
+/// The message of the panic `step` raises.
+fn panic_message(step: impl FnOnce()) -> String {
+    let panic = catch_unwind(AssertUnwindSafe(step)).expect_err("the step must be refused");
+    panic.downcast_ref::<String>().cloned().unwrap_or_default()
+}
+
+/// `Optimizer::step` without a strategy's hand-over, as Burn's default `Learner` strategy makes
+/// it once per batch, is refused at the first call with the fix, before anything changes;
+/// Momentum-SAM's message speaks of its look-ahead. `step_per_pass` opts in.
+pub fn unlinked_optimizer_step_is_refused<B: AutodiffBackend>() {
+    let problem = problem::<B>(1);
+    let batch = &problem.batches[0];
+    let model = problem.model;
+    let sgd = || {
+        SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new().with_dampening(0.0)))
+            .init()
+    };
+
+    let mut sam = SamConfig::new().init(sgd());
+    let message = panic_message(|| drop(sam.step(0.1, model.clone(), batch_grads(&model, batch))));
+    assert_eq!(
+        message,
+        SamError::UnlinkedStep {
+            variant: "SAM",
+            look_ahead: false
+        }
+        .to_string()
+    );
+    for fix in [
+        "Burn's default `Learner` strategy",
+        "SamTraining::strategy",
+        "step_per_pass()",
+    ] {
+        assert!(message.contains(fix), "{fix:?} not in {message}");
+    }
+    assert!(sam.pending_ascent().is_none() && sam.stats().steps == 0);
+
+    let mut msam = SamConfig::new()
+        .with_rho(1.0)
+        .with_variant(SamVariant::momentum_sam())
+        .init(sgd());
+    let message = panic_message(|| drop(msam.step(0.1, model.clone(), batch_grads(&model, batch))));
+    for words in [
+        "Momentum-SAM",
+        "look-ahead `w~",
+        "validate and save `w~`",
+        "unperturbed",
+    ] {
+        assert!(message.contains(words), "{words:?} not in {message}");
+    }
+    assert_eq!(msam.stats().steps, 0);
+
+    // Opted in, the same calls train: two per batch for SAM, one for Momentum-SAM.
+    let mut sam = sam.step_per_pass();
+    let perturbed = sam.step(0.1, model.clone(), batch_grads(&model, batch));
+    let stepped = sam.step(0.1, perturbed.clone(), batch_grads(&perturbed, batch));
+    assert_eq!(sam.stats().steps, 1);
+    assert_ne!(tensors(&stepped), tensors(&model));
+    let mut msam = msam.step_per_pass();
+    assert!(msam.steps_per_pass());
+    drop(msam.step(0.1, model.clone(), batch_grads(&model, batch)));
+    assert_eq!(msam.stats().steps, 1);
+}
+
+/// A strategy linked to one optimizer that steps another (built from the same config) is
+/// refused by the one stepped, before it changes anything, with a message naming the link,
+/// also under loss scaling (not "no loss was scaled"); the link's own check refuses a
+/// hand-over nobody took. A clone shares the link.
+pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
+    let problem = problem::<B>(1);
+    let batch = &problem.batches[0];
+    let model = problem.model;
+    let gradient = Handover::Gradient { loss_scale: None };
+    let config = SamConfig::new().with_rho(0.1);
+    let expected = SamError::LinkedToAnotherOptimizer.to_string();
+    assert!(expected.contains("the `Learner` stepped another optimizer"));
+
+    let mut stepped = config.init(SgdConfig::new().init());
+    let linked = config.init(SgdConfig::new().init::<B, Mlp<B>>());
+    let link = StepLink::new(linked.loss_scale_handle());
+    link.hand_over(gradient);
+    let message =
+        panic_message(|| drop(stepped.step(0.1, model.clone(), batch_grads(&model, batch))));
+    assert_eq!(message, expected);
+    assert!(stepped.pending_ascent().is_none());
+    assert_eq!(link.check_taken(), Err(SamError::LinkedToAnotherOptimizer));
+
+    let scaling = LossScalerConfig::new().with_init_scale(64.0);
+    let scaled = config.clone().with_loss_scaling(Some(scaling.clone()));
+    let linked = scaled.init(SgdConfig::new().init::<B, Mlp<B>>());
+    let link = StepLink::new(linked.loss_scale_handle());
+    let mut stepped = scaled.init(SgdConfig::new().init());
+    let mut loss_scaled = LossScaledConfig::new(scaling).init(SgdConfig::new().init());
+    let scaled_gradient = Handover::Gradient {
+        loss_scale: Some(64.0),
+    };
+    link.hand_over(scaled_gradient);
+    let message =
+        panic_message(|| drop(stepped.step(0.1, model.clone(), batch_grads(&model, batch))));
+    assert_eq!(message, expected);
+    assert!(link.check_taken().is_err());
+    link.hand_over(scaled_gradient);
+    let message =
+        panic_message(|| drop(loss_scaled.step(0.1, model.clone(), batch_grads(&model, batch))));
+    assert_eq!(message, expected);
+    assert!(link.check_taken().is_err());
+
+    // The optimizer the link came from, or a clone of it, takes the hand-over.
+    let mut optim = config.init(SgdConfig::new().init());
+    let link = StepLink::new(optim.loss_scale_handle());
+    let mut clone = optim.clone();
+    link.hand_over(gradient);
+    let perturbed = clone.step(0.1, model.clone(), batch_grads(&model, batch));
+    assert_eq!(link.check_taken(), Ok(()));
+    link.hand_over(gradient);
+    drop(optim.step(0.1, perturbed.clone(), batch_grads(&perturbed, batch)));
+    assert_eq!(link.check_taken(), Ok(()));
+
+    // A link to a Burn optimizer (which reads no hand-over) has nothing to check, and leaves
+    // nothing in flight: a direct call afterwards is an unlinked one.
+    let plain = StepLink::new(LossScaleHandle::unscaled());
+    plain.hand_over(gradient);
+    assert_eq!(plain.check_taken(), Ok(()));
+    let mut sam = config.init(SgdConfig::new().init());
+    let message = panic_message(|| drop(sam.step(0.1, model.clone(), batch_grads(&model, batch))));
+    assert!(message.contains("not a SAM training strategy"), "{message}");
 }
 
 /// With loss scaling on, gradients of a loss nobody scaled are refused (they would be divided

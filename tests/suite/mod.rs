@@ -90,6 +90,8 @@ macro_rules! backend_suite {
                 misuse_is_reported => misuse::errors_name_the_mistake::<B>(),
                 misuse_through_optimizer_step_panics_clearly => misuse::optimizer_step_panics_clearly::<B>(),
                 misuse_unscaled_loss_is_refused => misuse::unscaled_loss_is_refused::<B>(),
+                misuse_unlinked_optimizer_step_is_refused => misuse::unlinked_optimizer_step_is_refused::<B>(),
+                misuse_a_step_linked_to_another_optimizer_is_refused => misuse::a_step_linked_to_another_optimizer_is_refused::<B>(),
                 misuse_hard_stop_and_step_with_hand_the_module_back => misuse::hard_stop_and_step_with_hand_the_module_back::<B>(),
                 non_finite_ascent_falls_back_to_base_step => faults::non_finite_ascent_falls_back_to_base_step::<B>(),
                 non_finite_descent_changes_nothing => faults::non_finite_descent_changes_nothing::<B>(),

@@ -132,7 +132,7 @@ pub fn run<B: AutodiffBackend>(name: &str) {
     with_optimizer!(&case, B, |sam| follow::<B, _>(name, &case, sam));
     // Through `Optimizer::step`, one call per batch, as generic code steps any optimizer.
     with_optimizer!(&case, B, |sam| {
-        let mut sam = sam;
+        let mut sam = sam.step_per_pass();
         let mut model = reference_model::<B>(&case.sizes, &case.init);
         for (step, expected) in case.trajectory.iter().enumerate() {
             let grads = batch_grads(&model, &case.batch::<B>(step));
@@ -205,14 +205,14 @@ pub fn record_resumes_exactly<B: AutodiffBackend>() {
     let config =
         config(0.5, 0.9).with_rho_schedule(Some(burn_sam::RhoSchedule::new(0.0, 0.2, 0.1)));
     let lr = |step: usize| 0.2 - 0.02 * step as f64;
-    let mut uninterrupted = config.init(sgd());
+    let mut uninterrupted = config.init(sgd()).step_per_pass();
     let mut model = problem.model.clone();
     for (step, batch) in problem.batches.iter().enumerate() {
         let grads = batch_grads(&model, batch);
         model = uninterrupted.step(lr(step), model, grads);
     }
 
-    let mut first = config.init(sgd());
+    let mut first = config.init(sgd()).step_per_pass();
     let mut resumed = problem.model;
     for (step, batch) in problem.batches.iter().enumerate().take(4) {
         let grads = batch_grads(&resumed, batch);
@@ -222,7 +222,7 @@ pub fn record_resumes_exactly<B: AutodiffBackend>() {
     let record = load_record::<B, _>(record_bytes::<B, _>(Optimizer::<Mlp<B>, B>::to_record(
         &first,
     )));
-    let mut second = config.init(sgd()).load_record(record);
+    let mut second = config.init(sgd()).step_per_pass().load_record(record);
     let mut resumed = second.look_ahead(saved);
     for (step, batch) in problem.batches.iter().enumerate().skip(4) {
         let grads = batch_grads(&resumed, batch);

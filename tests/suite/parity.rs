@@ -133,12 +133,15 @@ pub fn run<B: AutodiffBackend>(name: &str) {
         .with_adaptive(case.adaptive)
         .with_eta(case.eta);
     match case.optimizer.as_str() {
-        "sgd" => follow::<B, _>(&case, sam.init(torch_sgd::<B>(&case.options))),
+        "sgd" => {
+            let base = torch_sgd::<B>(&case.options);
+            follow::<B, _>(&case, sam.init(base).step_per_pass());
+        }
         "adam" => {
             let base = AdamConfig::new()
                 .with_epsilon(case.options["eps"] as f32)
                 .init();
-            follow::<B, _>(&case, sam.init(base));
+            follow::<B, _>(&case, sam.init(base).step_per_pass());
         }
         other => panic!("unknown optimizer {other} in the fixture"),
     }

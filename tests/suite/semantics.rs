@@ -40,7 +40,8 @@ pub fn rho_zero_equals_base_optimizer<B: AutodiffBackend>() {
 
     let mut sam = SamConfig::new()
         .with_rho(0.0)
-        .init(AdamConfig::new().init());
+        .init(AdamConfig::new().init())
+        .step_per_pass();
     let with_sam = sam_steps(&mut sam, problem.model.clone(), &problem.batches, lr);
 
     let start = tensors(&problem.model);
@@ -66,7 +67,7 @@ pub fn api_forms_agree<B: AutodiffBackend>() {
             .init()
     };
 
-    let mut optim = config.init(base());
+    let mut optim = config.init(base()).step_per_pass();
     let by_step = sam_steps(&mut optim, problem.model.clone(), &problem.batches, lr);
 
     let mut optim = config.init(base());
@@ -179,7 +180,7 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
     let lr = 1e-2;
     let config = SamConfig::new().with_rho(0.05);
 
-    let mut uninterrupted = config.init(AdamConfig::new().init());
+    let mut uninterrupted = config.init(AdamConfig::new().init()).step_per_pass();
     let expected = sam_steps(
         &mut uninterrupted,
         problem.model.clone(),
@@ -187,13 +188,16 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
         lr,
     );
 
-    let mut optim = config.init(AdamConfig::new().init());
+    let mut optim = config.init(AdamConfig::new().init()).step_per_pass();
     let model = sam_steps(&mut optim, problem.model.clone(), first, lr);
     let bytes = record_bytes::<B, _>(optim.to_record());
     drop(optim);
 
     let record = load_record::<B, _>(bytes);
-    let mut resumed = config.init(AdamConfig::new().init()).load_record(record);
+    let mut resumed = config
+        .init(AdamConfig::new().init())
+        .step_per_pass()
+        .load_record(record);
     assert_eq!(
         resumed.stats().steps,
         3,
@@ -209,9 +213,9 @@ pub fn record_round_trip_resumes_exactly<B: AutodiffBackend>() {
     }
 
     // Without the base optimizer's moments, the trajectory differs (davda54/sam #73).
-    let mut fresh = config.init(AdamConfig::new().init());
+    let mut fresh = config.init(AdamConfig::new().init()).step_per_pass();
     let partial = sam_steps(&mut fresh, problem.model.clone(), first, lr);
-    let mut amnesic = config.init(AdamConfig::new().init());
+    let mut amnesic = config.init(AdamConfig::new().init()).step_per_pass();
     let lost = sam_steps(&mut amnesic, partial, second, lr);
     assert_ne!(tensors(&lost), tensors(&expected));
 }

@@ -155,6 +155,20 @@ pub enum SamError {
         /// The scale the strategy said its losses carry.
         handed: f32,
     },
+    /// `Optimizer::step` on a [`Sam`](crate::Sam) that no training strategy drives (Burn's
+    /// default `Learner` strategy, or a loop of one's own) and that was not opted in with
+    /// [`Sam::step_per_pass`](crate::Sam::step_per_pass).
+    UnlinkedStep {
+        /// The variant's name.
+        variant: &'static str,
+        /// Whether the variant hands back its look-ahead `w~` rather than the weights
+        /// (Momentum-SAM).
+        look_ahead: bool,
+    },
+    /// A training strategy handed a step over to the optimizer it holds a link to, and another
+    /// optimizer was stepped: the strategy was built from another optimizer than the one the
+    /// `Learner` steps.
+    LinkedToAnotherOptimizer,
     /// The backend cannot compute in the float type parameters were to be cast to.
     UnsupportedDType {
         /// The float type asked for.
@@ -228,6 +242,45 @@ impl fmt::Display for SamError {
                 f,
                 "the training strategy scaled its losses by {handed} but the optimizer's loss \
                  scale is {expected}: read the scale from `StepLink::next_step` before each step"
+            ),
+            Self::UnlinkedStep {
+                variant,
+                look_ahead: false,
+            } => write!(
+                f,
+                "`Sam` ({variant}) was stepped through `Optimizer::step` by code that is not a SAM \
+                 training strategy, such as Burn's default `Learner` strategy, which steps once \
+                 per batch: {variant}'s ascent and descent would be taken on different batches, \
+                 silently training something that is not {variant}. In a `Learner`, add \
+                 `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(device, \
+                 &optim))` with the `optim` you give `Learner::new`; in a loop of your own, use \
+                 `Sam::step_with` or `Sam::ascend`/`Sam::descend`. Code that calls \
+                 `Optimizer::step` after each pass on the same batch opts in with \
+                 `Sam::step_per_pass()`"
+            ),
+            Self::UnlinkedStep {
+                variant,
+                look_ahead: true,
+            } => write!(
+                f,
+                "`Sam` ({variant}) was stepped through `Optimizer::step` by code that is not a SAM \
+                 training strategy, such as Burn's default `Learner` strategy: each such step \
+                 hands back the model at its look-ahead `w~ = w - rho * v / ||v||`, not at the \
+                 weights `w`, so the strategy would validate and save `w~`. In a `Learner`, \
+                 add `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(\
+                 device, &optim))` with the `optim` you give `Learner::new` (its model stays at \
+                 `w`); in a loop of your own, use `Sam::step_with` and evaluate and save \
+                 `optim.unperturbed(model)`, the weights `w`. Code that calls `Optimizer::step` \
+                 itself opts in with `Sam::step_per_pass()` and does the same"
+            ),
+            Self::LinkedToAnotherOptimizer => write!(
+                f,
+                "the training strategy handed this step over to the optimizer it was built \
+                 from, but the `Learner` stepped another optimizer: build \
+                 `burn_sam_accum::train::SamTraining` from the optimizer you give `Learner::new` \
+                 (`SamTraining::strategy(device, &optim)`, then `Learner::new(model, optim, \
+                 ..)`), or from a clone of it. Two optimizers built from one configuration are \
+                 two optimizers: each has its own passes, loss scale and state"
             ),
             Self::UnsupportedDType { dtype, backend } => write!(
                 f,

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use crate::error::SamError;
 use crate::float::widen;
 use crate::scaler::LossScaler;
 use crate::state::ParamState;
@@ -49,6 +50,9 @@ pub(crate) struct Shared {
     pub passes: Passes,
     /// What a strategy hands the next `Optimizer::step` (taken by the optimizer).
     pub handover: Option<Handover>,
+    /// Whether an optimizer reads this handle's hand-overs (`Sam`, `LossScaled`); a plain
+    /// optimizer's handle ([`LossScaleHandle::unscaled`]) has no reader.
+    pub has_reader: bool,
     /// Momentum-SAM's momentum and radius, for the strategy's look-ahead.
     pub look_ahead: Option<(ParamState<f64>, f64)>,
 }
@@ -62,13 +66,17 @@ impl LossScaleHandle {
             loss_scaled: false,
             passes: Passes::One,
             handover: None,
+            has_reader: true,
             look_ahead: None,
         })))
     }
 
-    /// A handle for an optimizer without loss scaling: the scale is always 1.
+    /// A handle for an optimizer without loss scaling, which steps with whatever gradients it
+    /// gets (Burn's own optimizers): the scale is always 1.
     pub fn unscaled() -> Self {
-        Self::new(None)
+        let handle = Self::new(None);
+        handle.shared().has_reader = false;
+        handle
     }
 
     pub(crate) fn shared(&self) -> MutexGuard<'_, Shared> {
@@ -130,7 +138,61 @@ impl LossScaleHandle {
         self.shared().loss_scaled = true;
     }
 
-    pub(crate) fn take_handover(&self) -> Option<Handover> {
-        self.shared().handover.take()
+    /// The strategy's hand-over for this call; `None` for a direct call. A direct call while
+    /// a strategy's hand-over to another optimizer is in flight on this thread is an error:
+    /// the strategy is linked to another optimizer than the one being stepped.
+    pub(crate) fn take_handover(&self) -> Result<Option<Handover>, SamError> {
+        let handover = self.shared().handover.take();
+        match handover {
+            Some(handover) => {
+                in_flight::land();
+                Ok(Some(handover))
+            }
+            None if in_flight::is_set() => Err(SamError::LinkedToAnotherOptimizer),
+            None => Ok(None),
+        }
+    }
+
+    /// Hands `handover` to the next `Optimizer::step` of this handle's optimizer.
+    pub(crate) fn hand_over(&self, handover: Handover) {
+        self.shared().handover = Some(handover);
+        in_flight::set();
+    }
+
+    /// After the `Optimizer::step` call that followed [`LossScaleHandle::hand_over`]: an error
+    /// when this handle's optimizer exists and did not take the hand-over, so the call stepped
+    /// another optimizer.
+    pub(crate) fn check_taken(&self) -> Result<(), SamError> {
+        in_flight::land();
+        let mut shared = self.shared();
+        let left = shared.handover.take();
+        match left.is_some() && shared.has_reader {
+            true => Err(SamError::LinkedToAnotherOptimizer),
+            false => Ok(()),
+        }
+    }
+}
+
+/// Whether a strategy's hand-over waits, on this thread, for the `Optimizer::step` call it was
+/// made for. Burn's `Learner` steps its optimizer on the thread of the strategy that calls
+/// `Learner::optimizer_step`, so an optimizer stepped while a hand-over it did not get is in
+/// flight is not the one the strategy holds a link to.
+mod in_flight {
+    use std::cell::Cell;
+
+    thread_local! {
+        static IN_FLIGHT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub fn set() {
+        IN_FLIGHT.set(true);
+    }
+
+    pub fn land() {
+        IN_FLIGHT.set(false);
+    }
+
+    pub fn is_set() -> bool {
+        IN_FLIGHT.get()
     }
 }

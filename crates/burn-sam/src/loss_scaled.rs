@@ -122,8 +122,9 @@ impl<O> LossScaled<O> {
 /// scale of the gradients instead of [`LossScaled::scale_loss`]; each kind is one step.
 ///
 /// # Panics
-/// On foreign gradients, gradients of an unscaled loss, or when `max_overflows_at_min` is
-/// reached, with the message.
+/// On foreign gradients, gradients of an unscaled loss, a call made while a strategy's
+/// hand-over to another optimizer waits ([`SamError::LinkedToAnotherOptimizer`]), or when
+/// `max_overflows_at_min` is reached, with the message.
 impl<M, B, O> Optimizer<M, B> for LossScaled<O>
 where
     M: AutodiffModule<B>,
@@ -133,7 +134,9 @@ where
     type Record = (O::Record, MixedPrecisionRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        if let Some(handover) = self.precision.handle().take_handover() {
+        let handover = self.precision.handle().take_handover();
+        let handover = handover.unwrap_or_else(|error| panic!("{error}"));
+        if let Some(handover) = handover {
             let expected = Some(self.loss_scale());
             if let Err(error) = check_handed_scale(handover.loss_scale(), expected) {
                 panic!("{error}");

@@ -32,16 +32,18 @@ use crate::variant::SamVariant;
 /// - [`Sam::ascend`] and [`Sam::descend`]: the two phases, for loops that compute gradients
 ///   themselves (skip `ascend` when [`Sam::needs_ascent`] is false). Errors are values that
 ///   hand the module back ([`StepError`]).
-/// - as an [`Optimizer`], for generic code: `step` after each forward and backward pass on
-///   the same batch, twice per batch (once where `needs_ascent` is false). The first call is
-///   the ascent (it returns the perturbed module), the second the descent.
+/// - as an [`Optimizer`], for generic code that opts in with [`Sam::step_per_pass`]: `step`
+///   after each forward and backward pass on the same batch, twice per batch (once where
+///   `needs_ascent` is false). The first call is the ascent (it returns the perturbed module),
+///   the second the descent.
 ///
 /// **In Burn's `Learner`, run `Sam` under `burn_sam_accum::train::SamTraining`** (one device,
-/// or data-parallel over several with `SamTraining::data_parallel`), never under Burn's own
-/// strategies (`ExecutionStrategy::SingleDevice` or `MultiDevice`): they call `step` once per
-/// batch, so `Sam` would ascend on one batch and descend with the next one's gradient,
-/// silently training something that is not SAM. The first `step` that no strategy handed
-/// over ([`strategy`](crate::strategy)) prints a one-time warning saying so.
+/// or data-parallel over several with `SamTraining::data_parallel`), built from the optimizer
+/// the `Learner` gets. Burn's own strategies (`ExecutionStrategy::SingleDevice` or
+/// `MultiDevice`) call `step` once per batch, so `Sam` would ascend on one batch and descend
+/// with the next one's gradient (Momentum-SAM: the `Learner` would validate and save its
+/// look-ahead `w~`): their first `step` panics with [`SamError::UnlinkedStep`], naming the
+/// fix.
 ///
 /// With loss scaling on, every phase needs the gradients of a loss scaled by this optimizer
 /// ([`Sam::scale_loss`], or the [`LossScaleHandle`]'s): a phase whose loss nobody scaled is
@@ -75,6 +77,8 @@ pub struct Sam<O> {
     family: FamilyRules,
     /// Momentum-SAM: the weights `w` of the module last handed out at `w~`.
     look_ahead: Option<ParamMap>,
+    /// `Optimizer::step` without a strategy's hand-over is the caller's own pass loop.
+    step_per_pass: bool,
 }
 
 /// What the ascent leaves for the descent.
@@ -180,9 +184,50 @@ impl<O> Sam<O> {
             stats: SamStats::default(),
             precision,
             look_ahead: None,
+            step_per_pass: false,
         };
         sam.publish_passes();
         sam
+    }
+
+    /// Opts in to `Optimizer::step` without a training strategy, for code generic over Burn's
+    /// optimizers that runs a forward and backward pass on the same batch before each call:
+    /// two calls per batch (ascent, then descent), one where [`Sam::needs_ascent`] is false.
+    /// Momentum-SAM's `step` hands back its look-ahead `w~`: evaluate and save
+    /// [`Sam::unperturbed`].
+    ///
+    /// Without it, such a call panics with [`SamError::UnlinkedStep`]: Burn's default `Learner`
+    /// strategy makes it once per batch, which is not SAM. A training strategy
+    /// (`burn_sam_accum::train::SamTraining`) needs no opt-in.
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_sam::SamConfig;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let mut model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+    /// let mut optim = SamConfig::new().init(SgdConfig::new().init()).step_per_pass();
+    /// let x = Tensor::<B, 2>::ones([4, 3], &device);
+    /// // One batch: a pass and a `step` for the ascent, a pass and a `step` for the descent.
+    /// for _ in 0..2 {
+    ///     let loss = model.forward(x.clone()).powi_scalar(2).mean();
+    ///     let grads = GradientsParams::from_grads(loss.backward(), &model);
+    ///     model = optim.step(0.1, model, grads);
+    /// }
+    /// assert_eq!(optim.stats().steps, 1);
+    /// ```
+    pub fn step_per_pass(mut self) -> Self {
+        self.step_per_pass = true;
+        self
+    }
+
+    /// Whether [`Sam::step_per_pass`] opted in to `Optimizer::step` without a strategy.
+    pub fn steps_per_pass(&self) -> bool {
+        self.step_per_pass
     }
 
     /// Whether this step takes SAM's two passes (ascend, then descend): false on LookSAM's
@@ -235,6 +280,13 @@ impl<O> Sam<O> {
 
     fn is_momentum_sam(&self) -> bool {
         matches!(self.config.variant, SamVariant::MomentumSam { .. })
+    }
+
+    fn unlinked_step(&self) -> SamError {
+        SamError::UnlinkedStep {
+            variant: self.config.variant.name(),
+            look_ahead: self.is_momentum_sam(),
+        }
     }
 
     /// Momentum-SAM: the model to take the next gradient at, `w~ = w - rho * v / (||v|| +
@@ -750,18 +802,19 @@ impl<O> core::fmt::Debug for Sam<O> {
     }
 }
 
-/// `step` alternates between [`Sam::ascend`] and [`Sam::descend`], so a loop that runs
-/// forward, backward and `step` twice per batch gets SAM; a training strategy says what each
-/// call gets ([`Handover`], the [`strategy`](crate::strategy) protocol).
-///
-/// The first call that no strategy handed over prints a one-time warning: Burn's default
-/// `Learner` strategy calls `step` once per batch, which is not SAM.
+/// A training strategy says what each call gets ([`Handover`], the
+/// [`strategy`](crate::strategy) protocol). Without one, after [`Sam::step_per_pass`], `step`
+/// alternates between [`Sam::ascend`] and [`Sam::descend`], so a loop that runs forward,
+/// backward and `step` twice per batch gets SAM.
 ///
 /// # Panics
-/// On misuse that would otherwise train silently wrong, with the [`SamError`] message: the
-/// gradients or the module of the second call do not belong to the module of the first, or
-/// loss scaling is on and no loss was scaled. Also when the loss scaler's
-/// `max_overflows_at_min` hard stop is reached.
+/// On misuse that would otherwise train silently wrong, with the [`SamError`] message: a call
+/// without a strategy's hand-over and without [`Sam::step_per_pass`]
+/// ([`SamError::UnlinkedStep`]: Burn's default `Learner` strategy), a call while a strategy's
+/// hand-over to another optimizer waits ([`SamError::LinkedToAnotherOptimizer`]), gradients
+/// or a module of the second call that do not belong to the module of the first, or loss
+/// scaling on and no loss scaled. Also when the loss scaler's `max_overflows_at_min` hard stop
+/// is reached.
 impl<M, B, O> Optimizer<M, B> for Sam<O>
 where
     M: AutodiffModule<B>,
@@ -772,11 +825,10 @@ where
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
         let stepped = match self.precision.handle().take_handover() {
-            None => {
-                warn_outside_strategy();
-                self.next_phase(lr, module, grads)
-            }
-            Some(handover) => self.take_handover(lr, module, grads, handover),
+            Ok(Some(handover)) => self.take_handover(lr, module, grads, handover),
+            Ok(None) if self.step_per_pass => self.next_phase(lr, module, grads),
+            Ok(None) => Err(StepError::new(module, self.unlinked_step())),
+            Err(error) => Err(StepError::new(module, error)),
         };
         stepped.unwrap_or_else(|error| panic!("{error}"))
     }
@@ -807,20 +859,4 @@ where
         self.look_ahead = None;
         self
     }
-}
-
-/// Once per process: `Sam` stepped through `Optimizer::step` by code that may not run both
-/// passes on the same batch. Printed to stderr as well as logged, because Burn's `Learner`
-/// sends log records to a file nobody reads while its training silently goes wrong.
-fn warn_outside_strategy() {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        let message = "burn-sam: `Sam` is being stepped through `Optimizer::step`. That is SAM \
-            only when every two calls follow a forward and backward pass on the same batch; \
-            Burn's default `Learner` strategy moves to the next batch between them and trains \
-            silently wrong. In a `Learner`, use `burn_sam_accum::train::SamTraining`; in your \
-            own loop, `Sam::step_with` or `Sam::ascend`/`Sam::descend` (which do not warn).";
-        log::warn!("{message}");
-        eprintln!("warning: {message}");
-    });
 }

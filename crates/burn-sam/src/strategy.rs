@@ -22,9 +22,13 @@
 //! 5. Momentum-SAM ([`Passes::LookAhead`]): one pass at `link.look_ahead(model)`, handed over
 //!    as `Handover::Gradient`; `Optimizer::step` gets the model at `w` and steps it.
 //!
-//! A `step` with nothing handed over is a direct call: [`Sam`] then alternates ascent and
-//! descent itself, warns once that Burn's own strategies do not run SAM, and needs
-//! `scale_loss` to have been called since its last phase.
+//! A `step` with nothing handed over is a direct call. [`Sam`] refuses it
+//! ([`SamError::UnlinkedStep`]: Burn's own strategies step once per batch) unless the caller
+//! opted in with [`Sam::step_per_pass`]; it then alternates ascent and descent itself and needs
+//! `scale_loss` to have been called since its last phase. A direct call while a hand-over to
+//! another optimizer waits on the same thread is [`SamError::LinkedToAnotherOptimizer`], and so
+//! is a hand-over left untaken by the call it was made for ([`StepLink::check_taken`]): the
+//! strategy holds a link to another optimizer than the one it steps.
 
 use std::fmt;
 
@@ -137,7 +141,19 @@ impl StepLink {
 
     /// Says what the next `Optimizer::step` call gets, just before making it.
     pub fn hand_over(&self, handover: Handover) {
-        self.0.shared().handover = Some(handover);
+        self.0.hand_over(handover);
+    }
+
+    /// Checks, just after the `Optimizer::step` call that followed [`StepLink::hand_over`], that
+    /// the optimizer stepped was this link's (or a clone of it).
+    ///
+    /// # Errors
+    /// [`SamError::LinkedToAnotherOptimizer`] when the hand-over is still there: the call
+    /// stepped an optimizer that does not read it, such as a second optimizer built from the
+    /// same configuration. Links to Burn's own optimizers ([`LossScaleHandle::unscaled`]) have
+    /// nothing to check.
+    pub fn check_taken(&self) -> Result<(), SamError> {
+        self.0.check_taken()
     }
 
     /// The model to take the next step's gradient at, for a step of [`Passes::LookAhead`]

@@ -46,6 +46,7 @@
 //!
 //! [`SamConfig::loss_scaling`]: burn_sam::SamConfig::loss_scaling
 
+mod announce;
 mod pass_scale;
 mod peers;
 #[cfg(feature = "mpi")]
@@ -409,8 +410,7 @@ where
             let loss_scale = next.loss_scale;
             let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, Some(local));
             report(outputs);
-            self.link.hand_over(Handover::LocalDescent { loss_scale });
-            learner.optimizer_step(grads);
+            self.step_linked(learner, grads, Handover::LocalDescent { loss_scale });
             return;
         }
         let passes = next.passes.count();
@@ -425,8 +425,20 @@ where
             if pass == 1 {
                 report(outputs);
             }
-            self.link.hand_over(Handover::Gradient { loss_scale });
-            learner.optimizer_step(grads);
+            self.step_linked(learner, grads, Handover::Gradient { loss_scale });
+        }
+    }
+
+    /// `Optimizer::step` on the learner's optimizer with `handover`.
+    ///
+    /// # Panics
+    /// When the learner's optimizer is not the one this strategy was built from (nor a clone):
+    /// its first step stops, rather than every step running the wrong passes.
+    fn step_linked(&self, learner: &mut Learner<LC>, grads: GradientsParams, handover: Handover) {
+        self.link.hand_over(handover);
+        learner.optimizer_step(grads);
+        if let Err(error) = self.link.check_taken() {
+            panic!("{error}");
         }
     }
 
@@ -617,6 +629,18 @@ where
         let epochs = (starting_epoch, components.num_epochs);
         let settings = self.settings(&learner.model(), window, epochs);
         let layout = peers.handshake(devices.len(), &settings);
+        if peers.is_root() {
+            // Burn's log goes to a file: say on stderr too that SAM is on, and how.
+            let line = announce::announcement(
+                self.sam.as_ref(),
+                self.link.next_step().loss_scale,
+                window,
+                devices.len(),
+                peers.size(),
+            );
+            log::info!("{line}");
+            eprintln!("{line}");
+        }
         // Every rank splits the loader into one part per replica of the job, as one process
         // with all of them would (each part's shuffle is forked from the loader's in order),
         // and keeps its own parts.
