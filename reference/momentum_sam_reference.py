@@ -8,7 +8,9 @@ With `v_0 = 0` and a radius `rho`, step t:
 - the base optimizer steps `w_t` with `g_t`, and the momentum direction becomes
   `v_{t+1} = mu * v_t + g_t`.
 SGD flavour: the base is SGD with momentum `mu` (no dampening), so `w_{t+1} = w_t - lr *
-v_{t+1}`. AdamW flavour: the base is AdamW, and `mu = beta_1` (`v` is then Adam's first moment
+v_{t+1}`; or, where a case says so, SGD with another momentum `base_momentum` (0: plain SGD),
+while `v` keeps decaying by `mu`: the look-ahead then follows another average of the gradients
+than the base optimizer's step. AdamW flavour: the base is AdamW, and `mu = beta_1` (`v` is then Adam's first moment
 over `1 - beta_1`: the same direction). Weight decay, where a case has it, is the base
 optimizer's, taken at `w` (burn-sam's choice; the authors' SGD decays at `w~`, their AdamW
 after the Adam update).
@@ -73,7 +75,7 @@ def shaped(values, like):
     return list(values)
 
 
-def momentum_sam(name, flavour, rho, lr, steps=8, weight_decay=0.0, seed=0):
+def momentum_sam(name, flavour, rho, lr, steps=8, weight_decay=0.0, seed=0, mu=None, base_momentum=None):
     sizes = [4, 8, 3]
     batch = 5
     rng = random.Random(seed)
@@ -87,8 +89,9 @@ def momentum_sam(name, flavour, rho, lr, steps=8, weight_decay=0.0, seed=0):
 
     w = [flat(p) for p in params]
     if flavour == "sgd":
-        mu = 0.9
-        options = {"momentum": mu, "weight_decay": weight_decay}
+        mu = 0.9 if mu is None else mu
+        base = mu if base_momentum is None else base_momentum
+        options = {"momentum": base, "weight_decay": weight_decay, "mu": mu}
     else:
         mu, beta_2, eps = 0.5, 0.75, 2.0 ** -27
         options = {"beta_1": mu, "beta_2": beta_2, "eps": eps, "weight_decay": weight_decay}
@@ -106,7 +109,7 @@ def momentum_sam(name, flavour, rho, lr, steps=8, weight_decay=0.0, seed=0):
             for p in range(len(w)):
                 for i in range(len(w[p])):
                     grad = w[p][i] * weight_decay + g[p][i] if weight_decay else g[p][i]
-                    velocity[p][i] = grad if t == 0 else grad + velocity[p][i] * mu
+                    velocity[p][i] = grad if t == 0 else grad + velocity[p][i] * base
                     w[p][i] = w[p][i] - velocity[p][i] * lr
         else:
             step = t + 1
@@ -152,6 +155,8 @@ def main():
         momentum_sam("sgd", "sgd", rho=0.3, lr=0.1),
         momentum_sam("sgd_large_rho", "sgd", rho=2.0, lr=0.05, seed=1),
         momentum_sam("sgd_weight_decay", "sgd", rho=0.5, lr=0.1, weight_decay=2.0 ** -6, seed=2),
+        momentum_sam("sgd_mu_half", "sgd", rho=0.5, lr=0.1, seed=5, mu=0.5, base_momentum=0.9),
+        momentum_sam("sgd_plain_base", "sgd", rho=0.5, lr=0.1, seed=6, mu=0.9, base_momentum=0.0),
         momentum_sam("adamw", "adamw", rho=0.5, lr=0.01, seed=3),
         momentum_sam("adamw_weight_decay", "adamw", rho=1.0, lr=0.01, weight_decay=2.0 ** -4, seed=4),
     ]

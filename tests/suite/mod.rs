@@ -74,6 +74,8 @@ macro_rules! backend_suite {
                 parity_momentum_sam_sgd => momentum_sam::run::<B>("sgd"),
                 parity_momentum_sam_sgd_large_rho => momentum_sam::run::<B>("sgd_large_rho"),
                 parity_momentum_sam_sgd_weight_decay => momentum_sam::run::<B>("sgd_weight_decay"),
+                parity_momentum_sam_mu_other_than_sgds => momentum_sam::run::<B>("sgd_mu_half"),
+                parity_momentum_sam_over_plain_sgd => momentum_sam::run::<B>("sgd_plain_base"),
                 parity_momentum_sam_adamw => momentum_sam::run::<B>("adamw"),
                 parity_momentum_sam_adamw_weight_decay => momentum_sam::run::<B>("adamw_weight_decay"),
                 momentum_sam_overflow_changes_nothing => momentum_sam::overflow_changes_nothing::<B>(),

@@ -1,7 +1,8 @@
 //! Momentum-SAM against the method written out in float64 (`reference/momentum_sam_reference.py`
-//! wrote `tests/fixtures/momentum_sam_reference.json`): SGD and AdamW flavours, `w` and `w~`
-//! after every step; and what it promises beyond a trajectory: one pass per step, overflows that
-//! change nothing, records that resume exactly.
+//! wrote `tests/fixtures/momentum_sam_reference.json`): SGD (also with a `mu` other than SGD's
+//! momentum, and over plain SGD) and AdamW flavours, `w` and `w~` after every step; and what it
+//! promises beyond a trajectory: one pass per step, overflows that change nothing, records that
+//! resume exactly.
 
 use std::collections::HashMap;
 
@@ -53,10 +54,13 @@ macro_rules! with_optimizer {
         let decay = case.options["weight_decay"];
         match case.flavour.as_str() {
             "sgd" => {
-                let mu = case.options["momentum"];
-                let momentum = MomentumConfig::new().with_momentum(mu).with_dampening(0.0);
+                // Momentum-SAM's `mu` may differ from SGD's momentum (0: plain SGD).
+                let (mu, base) = (case.options["mu"], case.options["momentum"]);
+                let momentum = MomentumConfig::new()
+                    .with_momentum(base)
+                    .with_dampening(0.0);
                 let base = SgdConfig::new()
-                    .with_momentum(Some(momentum))
+                    .with_momentum((base != 0.0).then_some(momentum))
                     .with_weight_decay((decay != 0.0).then(|| WeightDecayConfig::new(decay as f32)))
                     .init::<$B, Mlp<$B>>();
                 let $sam = config(case.rho, mu).init(base);
