@@ -70,6 +70,10 @@ pub struct Args {
     /// the authors' value, was the best of 0.3, 1, 2 and 3 here at 40% noise).
     #[arg(long, default_value_t = 3.0)]
     msam_rho: f64,
+    /// Momentum-SAM's radius relative to the weights' norm: the look-ahead moves by
+    /// `msam-rho * ||w||` (`SamConfig::relative_rho`).
+    #[arg(long)]
+    msam_relative: bool,
     /// LookSAM: steps per cycle (one full SAM step, then one-pass steps).
     #[arg(long, default_value_t = 10)]
     looksam_k: usize,
@@ -247,6 +251,7 @@ fn train_method(
             let sam = SamConfig::new()
                 .with_rho(args.rho(method).expect("SAM has a radius"))
                 .with_adaptive(method == Method::Asam)
+                .with_relative_rho(method == Method::Msam && args.msam_relative)
                 .with_variant(variant)
                 .with_loss_scaling(scaling);
             train::train(setup, sam.init(sgd()), progress)
@@ -339,12 +344,13 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
             bar.finish_and_clear();
             eprintln!(
                 "{run_name}: test accuracy {:.3} after {} epochs ({:.0}% noisy labels, train \
-                 accuracy on them {:.3}, {:.2} s/epoch)",
+                 accuracy on them {:.3}, {:.2} s/epoch, ||w|| {:.1})",
                 result.test_accuracy.last().copied().unwrap_or(f64::NAN),
                 args.epochs,
                 noisy * 100.0,
                 result.train_accuracy,
-                result.epoch_seconds
+                result.epoch_seconds,
+                result.weight_norm
             );
             runs.push(result);
         }
@@ -372,6 +378,10 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
         let rho = args
             .rho(*method)
             .map_or("-".to_string(), |rho| rho.to_string());
+        let rho = match *method == Method::Msam && args.msam_relative {
+            true => format!("{rho} x ||w||"),
+            false => rho,
+        };
         println!(
             "| {} | {rho} | {:.1}% ± {:.1} | {:.1}% | {:.1}% | {:.2} s |",
             method.name(),
@@ -388,9 +398,11 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                 "sd": sd,
                 "runs": finals,
                 "rho": args.rho(*method),
+                "relative_rho": *method == Method::Msam && args.msam_relative,
                 "variant": args.variant(*method).map(|variant| format!("{variant:?}")),
                 "curve": curve,
                 "train_accuracy_noisy_labels": train_accuracy,
+                "weight_norm": runs.iter().map(|r| r.weight_norm).sum::<f64>() / runs.len() as f64,
                 "epoch_seconds": seconds,
             }),
         );

@@ -29,6 +29,8 @@ pub struct Run {
     pub test_accuracy: Vec<f64>,
     pub train_accuracy: f64,
     pub epoch_seconds: f64,
+    /// `||w||` over every parameter at the end (Momentum-SAM's radius against the weights).
+    pub weight_norm: f64,
 }
 
 /// Trains with `optimizer` (any Burn optimizer, `LossScaled` or `Sam`, driven through
@@ -70,15 +72,26 @@ where
         test_accuracy.push(accuracy(&weights.valid(), setup.test, setup.dtype));
         progress(epoch, *test_accuracy.last().unwrap());
     }
+    let weights = optimizer.optimizer().unperturbed(model).valid();
     Run {
-        train_accuracy: accuracy(
-            &optimizer.optimizer().unperturbed(model).valid(),
-            setup.train,
-            setup.dtype,
-        ),
+        train_accuracy: accuracy(&weights, setup.train, setup.dtype),
+        weight_norm: weight_norm(&weights),
         test_accuracy,
         epoch_seconds: seconds / setup.epochs as f64,
     }
+}
+
+/// `||w||` over every parameter of `model`.
+fn weight_norm<B: burn::tensor::backend::Backend>(model: &Mlp<B>) -> f64 {
+    let squares = |tensor: Tensor<B, 1>| -> f64 {
+        let sum = tensor.cast(FloatDType::F32).powi_scalar(2).sum();
+        sum.into_scalar().elem()
+    };
+    let layer_squares = model.layers.iter().map(|layer| {
+        let bias = layer.bias.as_ref().map_or(0.0, |bias| squares(bias.val()));
+        squares(layer.weight.val().flatten(0, 1)) + bias
+    });
+    layer_squares.sum::<f64>().sqrt()
 }
 
 /// The fraction of `digits` whose label is the model's most likely class.

@@ -51,12 +51,18 @@ pub enum SamVariant {
     /// step t is taken at `w~ = w - rho * v / (||v|| + 1e-12)`, where `v` is the momentum of
     /// the gradients (`v <- mu * v + g`, starting at 0, so the first step's gradient is at
     /// `w`); the base optimizer steps `w` with it. With SGD of momentum `mu` (or Adam's
-    /// `beta_1` as `mu`), `v` points where the base optimizer's momentum points. Its radius is
-    /// far larger than SAM's: the authors use `rho` 3 with SGD at learning rate 0.5 and 1
-    /// with AdamW. What the model is between steps: see [`Sam::look_ahead`](crate::Sam::look_ahead).
+    /// `beta_1` as `mu`), `v` points where the base optimizer's momentum points: the gradient
+    /// is taken where the coming steps lead, the authors' method. `v` is Momentum-SAM's own,
+    /// so another `mu` (or a base optimizer without momentum) is allowed and well defined: the
+    /// look-ahead then follows another average of past gradients than the base step does
+    /// (`mu` 0: the last gradient alone). Its radius is far larger than SAM's: the authors
+    /// use `rho` 3 with SGD at learning rate 0.5 and 1 with AdamW; a radius relative to the
+    /// weights' norm ([`SamConfig::relative_rho`](crate::SamConfig::relative_rho)) carries
+    /// over between model sizes. What the model is between steps: see
+    /// [`Sam::look_ahead`](crate::Sam::look_ahead).
     MomentumSam {
-        /// Decay of the momentum `v`; the base optimizer's momentum (or `beta_1`). Allowed: in
-        /// `[0, 1)`.
+        /// Decay of the momentum `v`; usually the base optimizer's momentum (or `beta_1`).
+        /// Allowed: in `[0, 1)`.
         mu: f64,
     },
 }
