@@ -78,7 +78,6 @@ macro_rules! backend_suite {
                 parity_momentum_sam_over_plain_sgd => momentum_sam::run::<B>("sgd_plain_base"),
                 parity_momentum_sam_adamw => momentum_sam::run::<B>("adamw"),
                 parity_momentum_sam_adamw_weight_decay => momentum_sam::run::<B>("adamw_weight_decay"),
-                momentum_sam_relative_radius_is_a_fraction_of_the_weights_norm => momentum_sam::relative_radius_is_a_fraction_of_the_weights_norm::<B>(),
                 momentum_sam_overflow_changes_nothing => momentum_sam::overflow_changes_nothing::<B>(),
                 momentum_sam_record_resumes_exactly => momentum_sam::record_resumes_exactly::<B>(),
                 family_records_resume_every_variant_exactly => family::records_resume_every_variant_exactly::<B>(),

@@ -62,11 +62,6 @@ pub struct SamConfig {
     /// ([`SamError::NothingPicked`](crate::SamError::NothingPicked)).
     #[config(default = "None")]
     pub perturb_only: Option<Vec<String>>,
-    /// Momentum-SAM only: its radius is `rho * ||w||`, a fraction of the norm of the weights it
-    /// moves, instead of `rho`: the same `rho` then suits models of other sizes (README,
-    /// "Momentum-SAM's radius"). Allowed: `false` for the other variants.
-    #[config(default = false)]
-    pub relative_rho: bool,
 }
 
 impl SamConfig {
@@ -158,13 +153,6 @@ impl SamConfig {
         if let Some(schedule) = &self.rho_schedule {
             schedule.validate(self.rho)?;
         }
-        let momentum_sam = matches!(self.variant, SamVariant::MomentumSam { .. });
-        check(
-            "relative_rho",
-            f64::from(u8::from(self.relative_rho)),
-            "false (0) unless `variant` is `SamVariant::MomentumSam`",
-            momentum_sam || !self.relative_rho,
-        )?;
         self.variant.validate()
     }
 }
@@ -208,12 +196,6 @@ mod tests {
         for eta in [-0.01, f64::INFINITY] {
             assert_eq!(rejected(SamConfig::new().with_eta(eta)).0, "eta");
         }
-        let relative = SamConfig::new().with_relative_rho(true);
-        let (field, message) = rejected(relative.clone());
-        assert_eq!(field, "relative_rho");
-        assert!(message.contains("MomentumSam"), "{message}");
-        let momentum_sam = relative.with_variant(SamVariant::momentum_sam());
-        assert!(momentum_sam.validate().is_ok());
     }
 
     #[test]

@@ -9,7 +9,6 @@ use burn::tensor::Tensor;
 
 use crate::error::SamError;
 use crate::float::widen;
-use crate::perturb::Radius;
 use crate::scaler::LossScaler;
 use crate::state::ParamState;
 use crate::strategy::{Handover, Passes};
@@ -55,7 +54,7 @@ pub(crate) struct Shared {
     /// optimizer's handle ([`LossScaleHandle::unscaled`]) has no reader.
     pub has_reader: bool,
     /// Momentum-SAM's momentum and radius, for the strategy's look-ahead.
-    pub look_ahead: Option<(ParamState<f64>, Radius)>,
+    pub look_ahead: Option<(ParamState<f64>, f64)>,
 }
 
 impl LossScaleHandle {
@@ -125,7 +124,7 @@ impl LossScaleHandle {
         self.shared().passes = passes;
     }
 
-    pub(crate) fn publish_look_ahead(&self, look_ahead: Option<(ParamState<f64>, Radius)>) {
+    pub(crate) fn publish_look_ahead(&self, look_ahead: Option<(ParamState<f64>, f64)>) {
         self.shared().look_ahead = look_ahead;
     }
 

@@ -119,71 +119,43 @@ where
     Ok((module, perturb.snapshot, grad_norm))
 }
 
-/// Momentum-SAM's radius: `rho`, or `rho * ||w||` over the weights it moves
-/// ([`SamConfig::relative_rho`](crate::SamConfig::relative_rho)).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Radius {
-    pub rho: f64,
-    pub relative: bool,
-}
-
 /// Momentum-SAM's look-ahead: moves every parameter with a momentum in `momentum` from `w`
-/// to `w - r * v / (||v|| + 1e-12)`, `r` the `radius` (the norms global, kept on the device:
-/// no read), and returns the moved module with the weights it moved, `None` without a
-/// momentum.
+/// to `w - rho * v / (||v|| + 1e-12)` (the norm global, kept on the device: no read), and
+/// returns the moved module with the weights it moved, `None` without a momentum.
 pub(crate) fn look_ahead_by<M, B>(
     module: M,
     momentum: &ParamState<f64>,
-    radius: Radius,
+    rho: f64,
 ) -> (M, Option<ParamMap>)
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    struct SquaredNorms<'a, B: Backend> {
+    struct SquaredNorm<'a, B: Backend> {
         momentum: &'a ParamState<f64>,
-        relative: bool,
-        /// `||v||^2` and, for a relative radius, `||w||^2`.
-        v: Option<Tensor<B, 1>>,
-        w: Option<Tensor<B, 1>>,
+        sum: Option<Tensor<B, 1>>,
     }
-    fn add<B: Backend>(sum: &mut Option<Tensor<B, 1>>, squares: Tensor<B, 1>) {
-        *sum = Some(match sum.take() {
-            Some(sum) => sum + squares,
-            None => squares,
-        });
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorms<'_, B::InnerBackend> {
+    impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let weight = param.val().inner();
-            let Some(v) = momentum_of(self.momentum, &weight, param.id) else {
+            let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) else {
                 return;
             };
-            add(&mut self.v, squared_norm(v));
-            if self.relative {
-                add(&mut self.w, squared_norm(widen(weight)));
-            }
+            let squares = squared_norm(v);
+            self.sum = Some(match self.sum.take() {
+                Some(sum) => sum + squares,
+                None => squares,
+            });
         }
     }
-    let mut norms = SquaredNorms::<B::InnerBackend> {
+    let mut norm = SquaredNorm::<B::InnerBackend> {
         momentum,
-        relative: radius.relative,
-        v: None,
-        w: None,
+        sum: None,
     };
-    module.visit(&mut norms);
-    let Some(squares_v) = norms.v else {
+    module.visit(&mut norm);
+    let Some(squares) = norm.sum else {
         return (module, None);
     };
-    let scale = squares_v
-        .sqrt()
-        .add_scalar(1e-12)
-        .recip()
-        .mul_scalar(radius.rho);
-    let scale = match norms.w {
-        Some(squares_w) => scale * squares_w.sqrt(),
-        None => scale,
-    };
+    let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(rho);
     let mut look_ahead = LookAhead {
         momentum,
         scale,

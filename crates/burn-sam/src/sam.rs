@@ -13,9 +13,7 @@ use crate::handle::LossScaleHandle;
 use crate::merge::merge_devices;
 use crate::or_hand_back;
 use crate::param_map::ParamMap;
-use crate::perturb::{
-    look_ahead_by, move_along, snapshot_covers, sync_running_states, Radius, Restore,
-};
+use crate::perturb::{look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
 use crate::state::ParamState;
 use crate::strategy::{check_handed_scale, Handover};
@@ -275,15 +273,8 @@ impl<O> Sam<O> {
         let handle = self.precision.handle();
         handle.publish_passes(self.family.passes());
         if self.is_momentum_sam() {
-            let radius = self.look_ahead_radius();
-            handle.publish_look_ahead(Some((self.family.momentum().clone(), radius)));
-        }
-    }
-
-    fn look_ahead_radius(&self) -> Radius {
-        Radius {
-            rho: self.family.look_ahead_rho(),
-            relative: self.config.relative_rho,
+            let rho = self.family.look_ahead_rho();
+            handle.publish_look_ahead(Some((self.family.momentum().clone(), rho)));
         }
     }
 
@@ -342,8 +333,8 @@ impl<O> Sam<O> {
         if !self.is_momentum_sam() {
             return module;
         }
-        let radius = self.look_ahead_radius();
-        let (module, snapshot) = look_ahead_by(module, self.family.momentum(), radius);
+        let rho = self.family.look_ahead_rho();
+        let (module, snapshot) = look_ahead_by(module, self.family.momentum(), rho);
         self.look_ahead = snapshot;
         module
     }

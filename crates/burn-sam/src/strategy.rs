@@ -162,7 +162,7 @@ impl StepLink {
     pub fn look_ahead<B: AutodiffBackend, M: AutodiffModule<B>>(&self, model: M) -> M {
         let look_ahead = self.0.shared().look_ahead.clone();
         match look_ahead {
-            Some((momentum, radius)) => look_ahead_by(model, &momentum, radius).0,
+            Some((momentum, rho)) => look_ahead_by(model, &momentum, rho).0,
             None => model,
         }
     }

@@ -56,9 +56,9 @@ pub enum SamVariant {
     /// so another `mu` (or a base optimizer without momentum) is allowed and well defined: the
     /// look-ahead then follows another average of past gradients than the base step does
     /// (`mu` 0: the last gradient alone). Its radius is far larger than SAM's: the authors
-    /// use `rho` 3 with SGD at learning rate 0.5 and 1 with AdamW; a radius relative to the
-    /// weights' norm ([`SamConfig::relative_rho`](crate::SamConfig::relative_rho)) carries
-    /// over between model sizes. What the model is between steps: see
+    /// use `rho` 3 with SGD at learning rate 0.5 and 1 with AdamW; the radius that works
+    /// depends on how long you train more than on the model's size (README, "Momentum-SAM's
+    /// radius"). What the model is between steps: see
     /// [`Sam::look_ahead`](crate::Sam::look_ahead).
     MomentumSam {
         /// Decay of the momentum `v`; usually the base optimizer's momentum (or `beta_1`).

@@ -35,9 +35,6 @@ pub(super) fn announcement(
 fn sam_settings(config: &SamConfig) -> String {
     let variant = &config.variant;
     let mut radius = format!("rho {}", config.rho);
-    if config.relative_rho {
-        radius += " x ||w||";
-    }
     if let Some(schedule) = &config.rho_schedule {
         radius += &format!(
             " at lr {} (down to {} at lr {})",
