@@ -845,3 +845,45 @@ fn a_strategy_built_from_another_optimizer_stops_at_its_first_step() {
         assert!(!message.contains("no loss was scaled"), "{name}: {message}");
     }
 }
+
+/// A Learner checkpoint resumed with another SAM variant stops before any step, naming the
+/// checkpoint's epoch, what it holds and what the optimizer is.
+#[test]
+fn a_checkpoint_resumed_with_another_variant_stops_naming_its_epoch() {
+    let model = model();
+    let dir = artifacts_path("resume-other-variant");
+    let config = SamConfig::new().with_rho(0.05);
+    let friendly = config.clone().with_variant(SamVariant::friendly_sam());
+    sam_two_epochs("resume-other-variant", model.clone(), friendly.init(sgd()));
+    assert_eq!(
+        sam_record::<SgdOptim>(&dir, 2)
+            .label
+            .and_then(|label| label.epoch),
+        Some(2),
+        "SamTraining labels its checkpoints with their epoch"
+    );
+
+    let look = config.with_variant(SamVariant::look_sam()).init(sgd());
+    let strategy = SamTraining::new(Default::default(), &look);
+    let learner = Learner::new(model, look, 0.05);
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(
+            &dir,
+            train_loader(16, Some(3)),
+            3,
+            learner,
+            Some(strategy),
+            Some(2),
+        )
+    }))
+    .expect_err("another variant must not resume");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    for words in [
+        "(the Learner checkpoint of epoch 2)",
+        "Friendly-SAM state",
+        "the optimizer is LookSAM",
+    ] {
+        assert!(message.contains(words), "{words:?} not in {message}");
+    }
+    assert!(!dir.join("train/epoch-3").exists(), "no step was taken");
+}

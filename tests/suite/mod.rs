@@ -15,6 +15,7 @@ pub mod misuse;
 pub mod mixed_precision;
 pub mod momentum_sam;
 pub mod parity;
+pub mod records;
 pub mod semantics;
 pub mod util;
 
@@ -89,6 +90,9 @@ macro_rules! backend_suite {
                 record_round_trip_resumes_exactly => semantics::record_round_trip_resumes_exactly::<B>(),
                 batchnorm_statistics_see_the_batch_once => batchnorm::statistics_see_the_batch_once::<B>(),
                 batchnorm_sam_on_perturbs_only_the_normalisation_layers => batchnorm::sam_on_perturbs_only_the_normalisation_layers::<B>(),
+                records_refused_pairings_change_nothing => records::refused_pairings_change_nothing::<B>(),
+                records_allowed_pairings_load => records::allowed_pairings_load::<B>(),
+                records_before_labels => records::records_before_labels::<B>(),
                 misuse_is_reported => misuse::errors_name_the_mistake::<B>(),
                 misuse_through_optimizer_step_panics_clearly => misuse::optimizer_step_panics_clearly::<B>(),
                 misuse_unscaled_loss_is_refused => misuse::unscaled_loss_is_refused::<B>(),

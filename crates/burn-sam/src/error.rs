@@ -169,6 +169,19 @@ pub enum SamError {
     /// optimizer was stepped: the strategy was built from another optimizer than the one the
     /// `Learner` steps.
     LinkedToAnotherOptimizer,
+    /// `load_record` got a record this optimizer cannot continue exactly: another variant's
+    /// state, other loss scaling or master weights, a newer record format
+    /// ([`SamRecordLabel`](crate::SamRecordLabel)).
+    RecordMismatch {
+        /// The `Learner` epoch whose checkpoint the record is, when `SamTraining` saved it.
+        epoch: Option<u64>,
+        /// What the record holds.
+        record: String,
+        /// What the optimizer is.
+        optimizer: String,
+        /// How to continue.
+        fix: String,
+    },
     /// The backend cannot compute in the float type parameters were to be cast to.
     UnsupportedDType {
         /// The float type asked for.
@@ -282,6 +295,22 @@ impl fmt::Display for SamError {
                  ..)`), or from a clone of it. Two optimizers built from one configuration are \
                  two optimizers: each has its own passes, loss scale and state"
             ),
+            Self::RecordMismatch {
+                epoch,
+                record,
+                optimizer,
+                fix,
+            } => {
+                let checkpoint = match epoch {
+                    Some(epoch) => format!(" (the Learner checkpoint of epoch {epoch})"),
+                    None => String::new(),
+                };
+                write!(
+                    f,
+                    "cannot resume from this record{checkpoint}: it holds {record}; the optimizer \
+                     is {optimizer}. {fix}"
+                )
+            }
             Self::UnsupportedDType { dtype, backend } => write!(
                 f,
                 "the {backend} backend does not compute in {dtype:?} on this device: train \

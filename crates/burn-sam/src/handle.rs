@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     /// Whether an optimizer reads this handle's hand-overs (`Sam`, `LossScaled`); a plain
     /// optimizer's handle ([`LossScaleHandle::unscaled`]) has no reader.
     pub has_reader: bool,
+    /// The `Learner` epoch a strategy is checkpointing, written into the optimizer's record.
+    pub checkpoint_epoch: Option<u64>,
     /// Momentum-SAM's momentum and radius, for the strategy's look-ahead.
     pub look_ahead: Option<(ParamState<f64>, f64)>,
 }
@@ -67,6 +69,7 @@ impl LossScaleHandle {
             passes: Passes::One,
             handover: None,
             has_reader: true,
+            checkpoint_epoch: None,
             look_ahead: None,
         })))
     }

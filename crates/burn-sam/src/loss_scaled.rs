@@ -123,7 +123,8 @@ impl<O> LossScaled<O> {
 ///
 /// # Panics
 /// On foreign gradients, gradients of an unscaled loss, a call made while a strategy's
-/// hand-over to another optimizer waits ([`SamError::LinkedToAnotherOptimizer`]), or when
+/// hand-over to another optimizer waits
+/// ([`SamError::LinkedToAnotherOptimizer`](crate::SamError::LinkedToAnotherOptimizer)), or when
 /// `max_overflows_at_min` is reached, with the message.
 impl<M, B, O> Optimizer<M, B> for LossScaled<O>
 where

@@ -10,6 +10,7 @@ use crate::error::{SamError, StepError};
 use crate::family::{FamilyRules, VariantRecord};
 use crate::filter::perturbed_params;
 use crate::handle::LossScaleHandle;
+use crate::label::{check_resume, Resume, SamRecordLabel};
 use crate::merge::merge_devices;
 use crate::or_hand_back;
 use crate::param_map::ParamMap;
@@ -115,7 +116,19 @@ pub struct SamStats {
     pub updates_skipped: u64,
 }
 
-/// SAM's own state, saved beside the base optimizer's record.
+/// SAM's own state, saved beside the base optimizer's record, with a label saying what wrote
+/// it.
+///
+/// `load_record` continues only a record it can continue exactly, and panics before changing
+/// anything otherwise, with the message of [`Sam::check_record`]'s error: another variant's
+/// state, loss scaling or master weights on where they were off (or the reverse), a record
+/// format newer than [`RECORD_FORMAT`](crate::RECORD_FORMAT). One pairing of variants is
+/// allowed: a record of a variant that keeps no state (SAM, GSAM) loads into any variant,
+/// whose own state then starts as at its first step (Momentum-SAM's momentum at zero,
+/// LookSAM's cycle with a full step). A record written before labels existed (`label`
+/// `None`) loads where its contents say what wrote it (no variant state, or Momentum-SAM's
+/// radius); one with LookSAM's or Friendly-SAM's state is refused until it is labelled
+/// ([`SamRecordLabel::of`](crate::SamRecordLabel::of)).
 #[derive(Record, Clone, Debug)]
 pub struct SamRecord {
     /// Counters.
@@ -124,6 +137,8 @@ pub struct SamRecord {
     pub mixed_precision: MixedPrecisionRecord,
     /// The variant's state (Friendly-SAM's momentum, LookSAM's cycle and kept direction).
     pub variant: VariantRecord,
+    /// What wrote the record; `None` in records written before labels existed.
+    pub label: Option<SamRecordLabel>,
 }
 
 /// What one SAM step did.
@@ -223,6 +238,38 @@ impl<O> Sam<O> {
     pub fn step_per_pass(mut self) -> Self {
         self.step_per_pass = true;
         self
+    }
+
+    /// Whether `load_record` would continue from `record` (SAM's part of the optimizer's
+    /// record), checked without changing anything; the error names what the record holds,
+    /// what this optimizer is, and how to continue. See [`SamRecord`].
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn::optim::{Optimizer, SgdConfig};
+    /// use burn_sam::{SamConfig, SamVariant};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let sgd = || SgdConfig::new().init::<B, Linear<B>>();
+    /// let friendly = SamConfig::new().with_variant(SamVariant::friendly_sam()).init(sgd());
+    /// let look = SamConfig::new().with_variant(SamVariant::look_sam()).init(sgd());
+    /// let (_, record) = friendly.to_record();
+    /// assert!(friendly.check_record(&record).is_ok());
+    /// let refused = look.check_record(&record).unwrap_err();
+    /// assert!(refused.to_string().contains("cannot continue Friendly-SAM's"));
+    /// ```
+    pub fn check_record(&self, record: &SamRecord) -> Result<(), SamError> {
+        self.resume(record).map(drop)
+    }
+
+    fn resume(&self, record: &SamRecord) -> Result<Resume, SamError> {
+        check_resume(
+            &self.config,
+            record.label.as_ref(),
+            &record.variant,
+            &record.mixed_precision,
+        )
     }
 
     /// Whether [`Sam::step_per_pass`] opted in to `Optimizer::step` without a strategy.
@@ -841,19 +888,31 @@ where
     /// The base optimizer's record and SAM's own: counters, loss scaler, master weights.
     /// A pending ascent is not part of it: take records between steps.
     fn to_record(&self) -> Self::Record {
+        let label = SamRecordLabel {
+            epoch: self.precision.handle().shared().checkpoint_epoch,
+            ..SamRecordLabel::of(&self.config)
+        };
         let own = SamRecord {
             stats: self.stats,
             mixed_precision: self.precision.to_record::<B>(),
             variant: self.family.to_record::<B>(),
+            label: Some(label),
         };
         (self.base.to_record(), own)
     }
 
+    /// # Panics
+    /// On a record this optimizer cannot continue exactly, before changing anything, with the
+    /// message of [`Sam::check_record`]'s error (see [`SamRecord`]).
     fn load_record(mut self, (base, own): Self::Record) -> Self {
+        let resume = self.resume(&own).unwrap_or_else(|error| panic!("{error}"));
         self.base = self.base.load_record(base);
         self.stats = own.stats;
         self.precision.load_record(own.mixed_precision);
-        self.family.load_record(own.variant);
+        self.family.load_record(match resume {
+            Resume::Exactly => own.variant,
+            Resume::FreshVariantState => VariantRecord::default(),
+        });
         self.publish_passes();
         self.pending = None;
         self.look_ahead = None;

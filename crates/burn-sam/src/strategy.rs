@@ -167,6 +167,12 @@ impl StepLink {
         }
     }
 
+    /// Says that the optimizer's next record is the checkpoint of `Learner` epoch `epoch`: a
+    /// [`Sam`] writes it into its record's label, and a refused resume names it.
+    pub fn label_checkpoint(&self, epoch: usize) {
+        self.0.shared().checkpoint_epoch = Some(epoch as u64);
+    }
+
     /// The optimizer's loss scale and overflows.
     pub fn loss_scale(&self) -> &LossScaleHandle {
         &self.0

@@ -708,6 +708,7 @@ where
                     &interrupter,
                 );
                 if let Some(checkpointer) = &mut checkpointer {
+                    self.link.label_checkpoint(epoch);
                     checkpointer.checkpoint(&learner, epoch, &components.event_store);
                 }
                 if let Some(early_stopping) = &mut early_stopping {

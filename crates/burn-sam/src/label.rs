@@ -1,0 +1,303 @@
+//! What a [`SamRecord`](crate::SamRecord) holds, written into it, and which records an optimizer
+//! can continue exactly.
+
+use burn::record::Record;
+
+use crate::config::SamConfig;
+use crate::error::SamError;
+use crate::family::VariantRecord;
+use crate::precision::MixedPrecisionRecord;
+
+/// The format of burn-sam's own part of a record that this build writes and reads: 1 since
+/// records name what they hold ([`SamRecordLabel`]); records without a label are format 0.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// What a [`SamRecord`](crate::SamRecord) holds: the variant that wrote it, whether loss
+/// scaling and f32 master weights were on, and the record format.
+///
+/// A record written before labels existed has none; to resume one that `load_record` cannot
+/// place (per-parameter state of LookSAM or Friendly-SAM), label it with the configuration that
+/// wrote it:
+///
+/// ```
+/// use burn_sam::{SamConfig, SamRecordLabel, SamVariant};
+///
+/// let writer = SamConfig::new().with_variant(SamVariant::friendly_sam());
+/// let label = SamRecordLabel::of(&writer);
+/// assert_eq!((label.variant.as_str(), label.loss_scaling), ("Friendly-SAM", false));
+/// // record.1.label = Some(label); then `load_record(record)` as usual.
+/// ```
+#[derive(Record, Clone, Debug, PartialEq)]
+pub struct SamRecordLabel {
+    /// burn-sam's record format ([`RECORD_FORMAT`] when this build wrote it).
+    pub format: u32,
+    /// The variant that wrote the record ([`SamVariant::name`](crate::SamVariant::name)).
+    pub variant: String,
+    /// Whether the optimizer scaled its loss (the record then holds the loss scaler).
+    pub loss_scaling: bool,
+    /// Whether the optimizer stepped parameters narrower than f32 through f32 master weights.
+    pub master_weights: bool,
+    /// The `Learner` epoch whose checkpoint this is, when `SamTraining` saved it.
+    pub epoch: Option<u64>,
+}
+
+impl SamRecordLabel {
+    /// The label of a record written by an optimizer of `config`, in this build's format.
+    pub fn of(config: &SamConfig) -> Self {
+        Self {
+            format: RECORD_FORMAT,
+            variant: config.variant.name().to_string(),
+            loss_scaling: config.loss_scaling.is_some(),
+            master_weights: config.master_weights,
+            epoch: None,
+        }
+    }
+}
+
+/// How a record that can be continued is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// Everything in it, as saved.
+    Exactly,
+    /// Without the variant's state: the record's variant keeps none (SAM, GSAM, or a record
+    /// from before labels without any), so the optimizer's variant starts its state as at its
+    /// first step.
+    FreshVariantState,
+}
+
+/// What a record holds, read from its label or, without one (format 0), from its contents.
+struct Holds {
+    format: u32,
+    /// The variant whose state it holds; `None` when it holds no variant state.
+    variant: Option<String>,
+    loss_scaling: bool,
+    /// `None` where a record without a label cannot tell (no parameter narrower than f32).
+    master_weights: Option<bool>,
+    epoch: Option<u64>,
+}
+
+/// Variants that keep per-parameter state (or a cycle) between steps.
+fn keeps_state(variant: &str) -> bool {
+    !matches!(variant, "SAM" | "GSAM")
+}
+
+impl Holds {
+    /// What the record holds, or `None` for a record without a label whose variant state
+    /// could be LookSAM's or Friendly-SAM's.
+    fn read(
+        label: Option<&SamRecordLabel>,
+        variant: &VariantRecord,
+        mixed_precision: &MixedPrecisionRecord,
+    ) -> Option<Self> {
+        if let Some(label) = label {
+            return Some(Self {
+                format: label.format,
+                variant: keeps_state(&label.variant).then(|| label.variant.clone()),
+                loss_scaling: label.loss_scaling,
+                master_weights: Some(label.master_weights),
+                epoch: label.epoch,
+            });
+        }
+        // Only Momentum-SAM records a radius; LookSAM's and Friendly-SAM's tensors look alike.
+        let variant = match (variant.tensors.is_empty(), variant.rho > 0.0) {
+            (true, _) => None,
+            (false, true) => Some("Momentum-SAM".to_string()),
+            (false, false) => return None,
+        };
+        Some(Self {
+            format: 0,
+            variant,
+            loss_scaling: mixed_precision.loss_scaler.is_some(),
+            master_weights: (!mixed_precision.master_weights.is_empty()).then_some(true),
+            epoch: None,
+        })
+    }
+
+    fn describe(&self) -> String {
+        let variant = match &self.variant {
+            Some(variant) => format!("{variant} state"),
+            None => "no variant state".to_string(),
+        };
+        let masters = match self.master_weights {
+            Some(true) => ", f32 master weights",
+            Some(false) => ", no master weights",
+            None => "",
+        };
+        format!(
+            "{variant}, {}{masters} (record format {})",
+            scaling(self.loss_scaling),
+            self.format
+        )
+    }
+}
+
+fn scaling(on: bool) -> &'static str {
+    match on {
+        true => "loss scaling",
+        false => "no loss scaling",
+    }
+}
+
+/// Whether an optimizer of `config` can continue from a record with `label`, `variant` and
+/// `mixed_precision`, and how; the error names both sides and the fix.
+pub(crate) fn check_resume(
+    config: &SamConfig,
+    label: Option<&SamRecordLabel>,
+    variant: &VariantRecord,
+    mixed_precision: &MixedPrecisionRecord,
+) -> Result<Resume, SamError> {
+    let own = SamRecordLabel::of(config);
+    let optimizer = format!(
+        "{}, {}, {} (reads record formats up to {RECORD_FORMAT})",
+        own.variant,
+        scaling(own.loss_scaling),
+        match own.master_weights {
+            true => "f32 master weights",
+            false => "no master weights",
+        }
+    );
+    let Some(holds) = Holds::read(label, variant, mixed_precision) else {
+        return Err(SamError::RecordMismatch {
+            epoch: None,
+            record: "per-parameter state of LookSAM or Friendly-SAM, without a label (written \
+                     before burn-sam labelled its records)"
+                .to_string(),
+            optimizer,
+            fix: "the record does not say which of them wrote it: if you know, label it \
+                  (`record.1.label = Some(SamRecordLabel::of(&config))`, `config` the \
+                  writer's) and load it again"
+                .to_string(),
+        });
+    };
+    let refuse = |fix: String| {
+        Err(SamError::RecordMismatch {
+            epoch: holds.epoch,
+            record: holds.describe(),
+            optimizer: optimizer.clone(),
+            fix,
+        })
+    };
+    if holds.format > RECORD_FORMAT {
+        return refuse("it was written by a newer burn-sam: resume with that version".into());
+    }
+    if holds.loss_scaling != own.loss_scaling {
+        return refuse(format!(
+            "resume with `loss_scaling` as when it was saved ({}); to change it, start a \
+             fresh optimizer",
+            scaling(holds.loss_scaling)
+        ));
+    }
+    if holds
+        .master_weights
+        .is_some_and(|masters| masters != own.master_weights)
+    {
+        return refuse(
+            "resume with `master_weights` as when it was saved; to change it, start a fresh \
+             optimizer"
+                .into(),
+        );
+    }
+    match holds.variant.as_deref() {
+        None if label.is_some_and(|label| label.variant == own.variant) => Ok(Resume::Exactly),
+        None => Ok(Resume::FreshVariantState),
+        Some(variant) if variant == own.variant => Ok(Resume::Exactly),
+        Some(variant) => refuse(format!(
+            "{}'s state cannot continue {variant}'s: resume with the configuration that saved \
+             it (`SamVariant` {variant}), or start {} from a fresh optimizer",
+            own.variant, own.variant
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::ParamValuesRecord;
+    use crate::scaler::LossScalerConfig;
+    use crate::variant::SamVariant;
+
+    fn with_state(rho: f64) -> VariantRecord {
+        VariantRecord {
+            cycle: 3,
+            tensors: vec![ParamValuesRecord {
+                id: "0".into(),
+                values: vec![1.0],
+            }],
+            rho,
+        }
+    }
+
+    fn unscaled() -> MixedPrecisionRecord {
+        MixedPrecisionRecord {
+            loss_scaler: None,
+            master_weights: Vec::new(),
+        }
+    }
+
+    fn config(variant: SamVariant) -> SamConfig {
+        SamConfig::new().with_variant(variant)
+    }
+
+    #[test]
+    fn a_label_says_what_may_continue() {
+        let msam = config(SamVariant::momentum_sam());
+        let look = config(SamVariant::look_sam());
+        let label = SamRecordLabel::of(&msam);
+        let resume = |config: &SamConfig, label: &SamRecordLabel| {
+            check_resume(config, Some(label), &with_state(1.0), &unscaled())
+        };
+        assert_eq!(resume(&msam, &label), Ok(Resume::Exactly));
+        let refused = resume(&look, &label).unwrap_err().to_string();
+        assert!(
+            refused.contains("Momentum-SAM state") && refused.contains("LookSAM's state cannot"),
+            "{refused}"
+        );
+        // SAM and GSAM keep no state: any variant starts its own from zero.
+        let sam = SamRecordLabel::of(&SamConfig::new());
+        assert_eq!(resume(&msam, &sam), Ok(Resume::FreshVariantState));
+        assert_eq!(resume(&SamConfig::new(), &sam), Ok(Resume::Exactly));
+        let gsam = config(SamVariant::gsam());
+        assert_eq!(resume(&gsam, &sam), Ok(Resume::FreshVariantState));
+        // A newer format, another loss scaling, other master weights: refused.
+        let newer = SamRecordLabel {
+            format: RECORD_FORMAT + 1,
+            ..label.clone()
+        };
+        assert!(resume(&msam, &newer)
+            .unwrap_err()
+            .to_string()
+            .contains("newer"));
+        let scaled = msam
+            .clone()
+            .with_loss_scaling(Some(LossScalerConfig::new()));
+        assert!(resume(&scaled, &label)
+            .unwrap_err()
+            .to_string()
+            .contains("`loss_scaling`"));
+        let without_masters = msam.clone().with_master_weights(false);
+        assert!(resume(&without_masters, &label)
+            .unwrap_err()
+            .to_string()
+            .contains("`master_weights`"));
+    }
+
+    #[test]
+    fn a_record_without_a_label_is_read_from_its_contents() {
+        let msam = config(SamVariant::momentum_sam());
+        let fsam = config(SamVariant::friendly_sam());
+        let empty = VariantRecord::default();
+        assert_eq!(
+            check_resume(&fsam, None, &empty, &unscaled()),
+            Ok(Resume::FreshVariantState)
+        );
+        assert_eq!(
+            check_resume(&msam, None, &with_state(1.0), &unscaled()),
+            Ok(Resume::Exactly)
+        );
+        let ambiguous = check_resume(&fsam, None, &with_state(0.0), &unscaled());
+        assert!(ambiguous
+            .unwrap_err()
+            .to_string()
+            .contains("SamRecordLabel::of"));
+    }
+}
