@@ -7,6 +7,7 @@ use crate::config::SamConfig;
 use crate::error::SamError;
 use crate::family::VariantRecord;
 use crate::precision::MixedPrecisionRecord;
+use crate::variant::SamVariant;
 
 /// The format of burn-sam's own part of a record that this build writes and reads: 1 since
 /// records name what they hold ([`SamRecordLabel`]); records without a label are format 0.
@@ -76,9 +77,12 @@ struct Holds {
     epoch: Option<u64>,
 }
 
-/// Variants that keep per-parameter state (or a cycle) between steps.
+/// Whether the variant named `variant` keeps state (per-parameter tensors, a cycle) between
+/// steps: all but SAM and GSAM.
 fn keeps_state(variant: &str) -> bool {
-    !matches!(variant, "SAM" | "GSAM")
+    ![SamVariant::Sam, SamVariant::gsam()]
+        .iter()
+        .any(|stateless| stateless.name() == variant)
 }
 
 impl Holds {
@@ -101,7 +105,7 @@ impl Holds {
         // Only Momentum-SAM records a radius; LookSAM's and Friendly-SAM's tensors look alike.
         let variant = match (variant.tensors.is_empty(), variant.rho > 0.0) {
             (true, _) => None,
-            (false, true) => Some("Momentum-SAM".to_string()),
+            (false, true) => Some(SamVariant::momentum_sam().name().to_string()),
             (false, false) => return None,
         };
         Some(Self {
@@ -214,7 +218,6 @@ mod tests {
     use super::*;
     use crate::family::ParamValuesRecord;
     use crate::scaler::LossScalerConfig;
-    use crate::variant::SamVariant;
 
     fn with_state(rho: f64) -> VariantRecord {
         VariantRecord {
