@@ -26,6 +26,7 @@ pub(super) fn announcement(
     let replicas = match (replicas, ranks) {
         (1, 1) => "1 device".to_string(),
         (replicas, 1) => format!("{replicas} replicas"),
+        (1, ranks) => format!("1 replica on each of {ranks} ranks"),
         (replicas, ranks) => format!("{replicas} replicas on each of {ranks} ranks"),
     };
     format!("burn-sam: SamTraining: {optimizer}; {scaling}; {batches}; {replicas}")
@@ -82,6 +83,7 @@ mod tests {
         let look = SamConfig::new().with_variant(SamVariant::look_sam());
         assert!(announcement(Some(&look), None, 1, 2, 1)
             .contains("2 passes every 10 steps, 1 on the others; no loss scaling; 1 batch per step; 2 replicas"));
+        assert!(announcement(None, None, 1, 1, 4).ends_with("1 replica on each of 4 ranks"));
         assert!(announcement(None, Some(8.0), 1, 1, 1)
             .starts_with("burn-sam: SamTraining: no SAM (the optimizer is not `Sam`), 1 pass per step; loss scaling on (scale 8)"));
     }
