@@ -1,4 +1,4 @@
-//! Counters for benchmarks and tests.
+//! Counters for benchmarks and tests: every time burn-sam makes the host wait for the device.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -6,16 +6,56 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
 static DEVICE_READS: AtomicU64 = AtomicU64::new(0);
+static DEVICE_SYNCS: AtomicU64 = AtomicU64::new(0);
 
-/// How many times burn-sam has read values back from the device in this process. A SAM step
-/// reads once per pass (its gradient norm), a `LossScaled` step once; records read the master
-/// weights. Reads made by your own code are not counted.
+/// How many times burn-sam has read values back from the device in this process. Every step
+/// reads once (its gradient norms, which decide whether it is applied); records read the
+/// master weights and the variants' state. Reads made by your own code are not counted.
 pub fn device_reads() -> u64 {
     DEVICE_READS.load(Ordering::Relaxed)
+}
+
+/// How many times burn-sam has waited for a device to finish what was queued (`B::sync`) in
+/// this process: once at the end of every step that updated the weights.
+pub fn device_syncs() -> u64 {
+    DEVICE_SYNCS.load(Ordering::Relaxed)
+}
+
+/// Every wait of the host for a device: [`device_reads`] plus [`device_syncs`]. While the host
+/// waits, a GPU runs out of queued work; after it, the GPU idles while the host queues more.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::SgdConfig;
+/// use burn::tensor::Tensor;
+/// use burn_sam::{diagnostics, SamConfig};
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+/// let x = Tensor::<B, 2>::ones([4, 3], &device);
+/// let mut sam = SamConfig::new().init(SgdConfig::new().init());
+/// let before = diagnostics::host_waits();
+/// sam.step_with(0.1, model, |m: &Linear<B>| m.forward(x.clone()).mean()).unwrap();
+/// // One read (both passes' gradient norms) and the sync that ends the step.
+/// assert_eq!(diagnostics::host_waits() - before, 2);
+/// ```
+pub fn host_waits() -> u64 {
+    device_reads() + device_syncs()
 }
 
 /// Reads `tensor` back to the host, counted by [`device_reads`].
 pub(crate) fn read_back<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
     DEVICE_READS.fetch_add(1, Ordering::Relaxed);
     tensor.into_data()
+}
+
+/// Waits for `device` to run what was queued, counted by [`device_syncs`].
+pub(crate) fn sync<B: Backend>(device: &B::Device) {
+    DEVICE_SYNCS.fetch_add(1, Ordering::Relaxed);
+    if let Err(error) = B::sync(device) {
+        // The next read reports a failed device anyway; what was queued is complete.
+        log::warn!("device sync failed: {error:?}");
+    }
 }

@@ -74,6 +74,18 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     loss_scale: f32,
     picked: Option<&HashSet<ParamId>>,
 ) -> Result<f64, SamError> {
+    let squares = squared_sum(module, grads, eta, picked)?;
+    Ok(read_norms::<B::InnerBackend>(&[squares], loss_scale)[0])
+}
+
+/// `sum_p ||a_p * g_p||^2` as a device scalar (`None` without gradients), as
+/// [`unscaled_norm`] sums it, without reading it.
+pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+    eta: Option<f64>,
+    picked: Option<&HashSet<ParamId>>,
+) -> Result<Option<Tensor<B::InnerBackend, 1>>, SamError> {
     let mut visitor = SquaredNorm::<B> {
         grads,
         eta,
@@ -88,11 +100,30 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
             matched: visitor.matched,
         });
     }
-    let norm = visitor.sum.map_or(0.0, |sum| {
-        let value = read_back(sum).iter::<f64>().next();
-        value.unwrap_or(f64::NAN).sqrt()
-    });
-    Ok(norm / f64::from(loss_scale))
+    Ok(visitor.sum)
+}
+
+/// `sqrt(squares) / loss_scale` for each of `squares` (0 for `None`), read back together: one
+/// device sync for all of them.
+pub(crate) fn read_norms<B: Backend>(squares: &[Option<Tensor<B, 1>>], loss_scale: f32) -> Vec<f64> {
+    let present: Vec<_> = squares.iter().flatten().cloned().collect();
+    let Some(dtype) = present.first().map(Tensor::dtype) else {
+        return vec![0.0; squares.len()];
+    };
+    let mut present: Vec<_> = present.into_iter().map(|sum| sum.cast(dtype)).collect();
+    let all = match present.len() {
+        1 => present.remove(0),
+        _ => Tensor::cat(present, 0),
+    };
+    let mut values = read_back(all).iter::<f64>().collect::<Vec<_>>().into_iter();
+    let scale = f64::from(loss_scale);
+    squares
+        .iter()
+        .map(|sum| match sum {
+            Some(_) => values.next().unwrap_or(f64::NAN).sqrt() / scale,
+            None => 0.0,
+        })
+        .collect()
 }
 
 struct SquaredNorm<'a, B: AutodiffBackend> {

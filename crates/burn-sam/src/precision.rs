@@ -10,10 +10,11 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
+use crate::diagnostics::sync;
 use crate::error::{LossScaleError, SamError, StepError};
 use crate::float::{tracked, widen};
 use crate::handle::LossScaleHandle;
-use crate::norm::unscaled_norm;
+use crate::norm::{squared_sum, unscaled_norm};
 use crate::or_hand_back;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
@@ -92,6 +93,21 @@ impl MixedPrecision {
     {
         self.check_scaled()?;
         unscaled_norm(module, grads, None, self.loss_scale(), None)
+    }
+
+    /// The squared global norm of `grads` on the device (scaled, not read), once
+    /// [`MixedPrecision::check_scaled`] passes.
+    pub fn grad_squares<M, B>(
+        &self,
+        module: &M,
+        grads: &GradientsParams,
+    ) -> Result<Option<Tensor<B::InnerBackend, 1>>, SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        self.check_scaled()?;
+        squared_sum(module, grads, None, None)
     }
 
     /// The one scale update of an optimizer step.
@@ -322,13 +338,12 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
 /// H200 a resumed LookSAM run differed from the uninterrupted one in the last bit until
 /// steps ended here. Ending every step here makes each step's kernels the same whatever came
 /// before. The
-/// step already waited for the device once per pass (its gradient norm), so this adds one
-/// short wait for the update's own kernels.
+/// step already waited for the device once (its gradient norms, read before the update
+/// decides), so this is its second wait, a short one for the update's own kernels. Burn 0.21
+/// offers no way to run what is queued without waiting: burn-fusion's `flush_queue` is not
+/// reachable through the `Backend` trait, and a read waits too.
 fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     for device in module.devices() {
-        if let Err(error) = B::sync(&device) {
-            // The next read reports a failed device anyway; the step itself is complete.
-            log::warn!("device sync after the step failed: {error:?}");
-        }
+        sync::<B>(&device);
     }
 }

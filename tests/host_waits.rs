@@ -1,0 +1,99 @@
+//! Host waits per step (`burn_sam::diagnostics`): one device read per step, whatever the
+//! variant, the path or the window (the step's gradient norms, read together), and the sync
+//! that ends every step. The ascent waits for nothing. One test in its own binary, so that no
+//! other test waits in between.
+#![cfg(feature = "flex")]
+
+use burn::backend::{Autodiff, Flex};
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, GradientsParams, SgdConfig};
+use burn::tensor::{Distribution, Tensor};
+use burn_sam::diagnostics::{device_reads, device_syncs};
+use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamVariant};
+use burn_sam_accum::{AccumulationConfig, MicroBatch, SamMode};
+use burn_sam_suite::{Mlp, MlpConfig};
+
+type B = Autodiff<Flex>;
+type Batch = (Tensor<B, 2>, Tensor<B, 2>);
+
+fn loss(model: &Mlp<B>, (x, y): &Batch) -> Tensor<B, 1> {
+    (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean()
+}
+
+/// The reads and syncs `f` made.
+fn waits(f: impl FnOnce()) -> (u64, u64) {
+    let (reads, syncs) = (device_reads(), device_syncs());
+    f();
+    (device_reads() - reads, device_syncs() - syncs)
+}
+
+#[test]
+fn one_read_and_one_sync_per_step() {
+    let device = Default::default();
+    let model: Mlp<B> = MlpConfig::new(vec![4, 8, 2]).init(&device);
+    let normal = Distribution::Normal(0.0, 1.0);
+    let batch = || -> Batch {
+        (
+            Tensor::random([6, 4], normal, &device),
+            Tensor::random([6, 2], normal, &device),
+        )
+    };
+    let window: Vec<_> = (0..3).map(|_| MicroBatch::new(batch())).collect();
+    let b = batch();
+    let scaling = Some(LossScalerConfig::new().with_init_scale(8.0));
+    let momentum = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
+
+    let variants = [
+        ("SAM", SamConfig::new()),
+        ("ASAM", SamConfig::new().with_adaptive(true)),
+        ("GSAM", SamConfig::new().with_variant(SamVariant::gsam())),
+        ("Friendly-SAM", SamConfig::new().with_variant(SamVariant::friendly_sam())),
+        ("LookSAM", SamConfig::new().with_variant(SamVariant::look_sam())),
+        ("Momentum-SAM", SamConfig::new().with_variant(SamVariant::momentum_sam())),
+    ];
+    for (name, config) in variants {
+        for scaling in [None, scaling.clone()] {
+            let f16 = scaling.is_some();
+            let mut sam = config
+                .clone()
+                .with_loss_scaling(scaling)
+                .init(momentum.init());
+            let mut model = Some(model.clone());
+            // Three steps: LookSAM's one-pass steps and Momentum-SAM's steps after the first.
+            for step in 0..3 {
+                let n = waits(|| {
+                    let taken = sam.step_with(1e-3, model.take().unwrap(), |m: &Mlp<B>| loss(m, &b));
+                    model = Some(taken.unwrap().module);
+                });
+                assert_eq!(n, (1, 1), "{name} (loss scaling {f16}), step {step}");
+            }
+        }
+    }
+
+    let mut scaled = LossScaledConfig::new(LossScalerConfig::new()).init(SgdConfig::new().init());
+    let n = waits(|| {
+        let grads =
+            GradientsParams::from_grads(scaled.scale_loss(loss(&model, &b)).backward(), &model);
+        drop(scaled.try_step(1e-3, model.clone(), grads));
+    });
+    assert_eq!(n, (1, 1), "loss-scaled step");
+
+    let sam = || {
+        SamConfig::new()
+            .with_loss_scaling(scaling.clone())
+            .init(AdamConfig::new().init())
+    };
+    let mut exact = AccumulationConfig::new(3).init(sam());
+    let n = waits(|| drop(exact.step(1e-3, model.clone(), &window, loss)));
+    assert_eq!(n, (1, 1), "exact SAM over a window of 3");
+
+    let mut per_micro_batch = AccumulationConfig::new(3)
+        .with_sam_mode(SamMode::PerMicroBatch)
+        .init(sam());
+    let n = waits(|| drop(per_micro_batch.step(1e-3, model.clone(), &window, loss)));
+    assert_eq!(n, (1, 1), "m-sharpness: one perturbation per micro-batch, one read");
+
+    let mut plain = AccumulationConfig::new(3).init(SgdConfig::new().init());
+    let n = waits(|| drop(plain.step(1e-3, model.clone(), &window, loss)));
+    assert_eq!(n, (1, 1), "plain accumulation over a window of 3");
+}
