@@ -17,6 +17,8 @@ use cubecl_runtime::config::cache::CacheConfig;
 #[cfg(any(feature = "cuda", feature = "vulkan"))]
 use cubecl_runtime::config::compilation::CompilationLogLevel;
 #[cfg(any(feature = "cuda", feature = "vulkan"))]
+use cubecl_runtime::config::profiling::ProfilingLogLevel;
+#[cfg(any(feature = "cuda", feature = "vulkan"))]
 use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
 
 /// CubeCL's caches in one folder, and a log of what was compiled and tuned.
@@ -24,7 +26,8 @@ use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
 pub struct KernelCache {
     /// Compiled kernels (`<dir>/<backend>/`) and autotune results (`<dir>/autotune/`).
     pub dir: PathBuf,
-    /// One line per kernel compiled and per autotune run (the winner and the key).
+    /// One line per kernel compiled and per autotune run (the winner and the key), and with
+    /// [`KernelCache::install_counting_launches`] one per kernel launched.
     pub log: PathBuf,
 }
 
@@ -34,6 +37,21 @@ impl KernelCache {
     /// configuration once per process, and this panics if it already has.
     #[cfg(any(feature = "cuda", feature = "vulkan"))]
     pub fn install(&self) {
+        CubeClRuntimeConfig::set(self.config());
+    }
+
+    /// [`KernelCache::install`], and one log line per kernel launched (CubeCL's profiling
+    /// log at its `minimal` level: the kernel's name, no timing, no added sync).
+    #[cfg(any(feature = "cuda", feature = "vulkan"))]
+    pub fn install_counting_launches(&self) {
+        let mut config = self.config();
+        config.profiling.logger.level = ProfilingLogLevel::Minimal;
+        config.profiling.logger.file = Some(self.log.clone());
+        CubeClRuntimeConfig::set(config);
+    }
+
+    #[cfg(any(feature = "cuda", feature = "vulkan"))]
+    fn config(&self) -> CubeClRuntimeConfig {
         let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
         config.compilation.cache = Some(CacheConfig::File(self.dir.clone()));
         config.autotune.cache = CacheConfig::File(self.dir.clone());
@@ -49,7 +67,7 @@ impl KernelCache {
         }
         config.compilation.logger.file = Some(self.log.clone());
         config.autotune.logger.file = Some(self.log.clone());
-        CubeClRuntimeConfig::set(config);
+        config
     }
 }
 
@@ -61,6 +79,8 @@ pub struct KernelCounts {
     /// Autotune runs, one per new key (operation and shape class); each compiles and times
     /// its candidates.
     pub tuned: usize,
+    /// Kernels launched, counted after [`KernelCache::install_counting_launches`].
+    pub launched: usize,
 }
 
 impl KernelCounts {
@@ -71,6 +91,7 @@ impl KernelCounts {
         KernelCounts {
             compiled: count("[Compiling kernel]") + count("[START_KERNEL_COMPILATION]"),
             tuned: count("Fastest result"),
+            launched: count("Executing "),
         }
     }
 }
@@ -82,6 +103,7 @@ impl std::ops::Sub for KernelCounts {
         KernelCounts {
             compiled: self.compiled - earlier.compiled,
             tuned: self.tuned - earlier.tuned,
+            launched: self.launched - earlier.launched,
         }
     }
 }

@@ -45,7 +45,7 @@ pub const VULKAN_TEST: [&str; 9] = [
 /// Learner's checkpointer thread reads it while training goes on ("Should have handle for
 /// tensor", tracel-ai/burn#4347, reported there with Burn's own training loop), which aborted
 /// 2 of 4 runs of that file here.
-pub const VULKAN_FUSION_TEST: [&str; 9] = [
+pub const VULKAN_FUSION_TEST: [&str; 11] = [
     "test",
     "--features",
     "vulkan,fusion,autotune",
@@ -55,6 +55,8 @@ pub const VULKAN_FUSION_TEST: [&str; 9] = [
     "vulkan_f16",
     "--test",
     "vulkan_fused_kernels",
+    "--test",
+    "vulkan_fused_launches",
 ];
 
 /// Whether this machine has an NVIDIA driver: its device node and its user-space library.

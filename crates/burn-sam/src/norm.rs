@@ -11,7 +11,7 @@ use burn::tensor::Tensor;
 use crate::diagnostics::read_back;
 use crate::error::SamError;
 use crate::float::widen;
-use crate::quirks::squared_norm_by_matmul;
+use crate::quirks::{norm_by_concatenation, squared_norm_by_matmul};
 
 /// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
 /// `a^2 * g`.
@@ -90,7 +90,7 @@ pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
         grads,
         eta,
         picked,
-        sum: None,
+        sum: SquaresSum::default(),
         matched: 0,
     };
     module.visit(&mut visitor);
@@ -100,7 +100,56 @@ pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
             matched: visitor.matched,
         });
     }
-    Ok(visitor.sum)
+    Ok(visitor.sum.finish())
+}
+
+/// `sum_i ||x_i||^2` over tensors of any shape, as a device scalar: a reduction per tensor
+/// summed, or, where [`norm_by_concatenation`] says so, one reduction over all of them
+/// flattened and concatenated. Every global norm of the crate is one of these.
+pub(crate) struct SquaresSum<B: Backend> {
+    concatenate: Option<bool>,
+    sum: Option<Tensor<B, 1>>,
+    flat: Vec<Tensor<B, 1>>,
+}
+
+impl<B: Backend> Default for SquaresSum<B> {
+    fn default() -> Self {
+        Self {
+            concatenate: None,
+            sum: None,
+            flat: Vec::new(),
+        }
+    }
+}
+
+impl<B: Backend> SquaresSum<B> {
+    pub fn add<const D: usize>(&mut self, x: Tensor<B, D>) {
+        let concatenate = *self
+            .concatenate
+            .get_or_insert_with(|| norm_by_concatenation::<B>(&x.device()));
+        if concatenate {
+            let n = x.shape().num_elements();
+            self.flat.push(x.reshape([n]));
+            return;
+        }
+        let squares = squared_norm(x);
+        self.sum = Some(match self.sum.take() {
+            Some(sum) => {
+                let dtype = sum.dtype();
+                sum + squares.cast(dtype)
+            }
+            None => squares,
+        });
+    }
+
+    /// The sum, `None` when nothing was added.
+    pub fn finish(self) -> Option<Tensor<B, 1>> {
+        let Some(dtype) = self.flat.first().map(Tensor::dtype) else {
+            return self.sum;
+        };
+        let flat = self.flat.into_iter().map(|x| x.cast(dtype)).collect();
+        Some(squared_norm(Tensor::cat(flat, 0)))
+    }
 }
 
 /// `sqrt(squares) / loss_scale` for each of `squares` (0 for `None`), read back together: one
@@ -130,7 +179,7 @@ struct SquaredNorm<'a, B: AutodiffBackend> {
     grads: &'a GradientsParams,
     eta: Option<f64>,
     picked: Option<&'a HashSet<ParamId>>,
-    sum: Option<Tensor<B::InnerBackend, 1>>,
+    sum: SquaresSum<B::InnerBackend>,
     matched: usize,
 }
 
@@ -140,20 +189,14 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
             return;
         };
         self.matched += 1;
-        let squares = if self.picked.is_none_or(|picked| picked.contains(&param.id)) {
-            squared_norm(weighted(param.val().inner(), widen(grad), self.eta, 1))
-        } else {
+        match self.picked.is_none_or(|picked| picked.contains(&param.id)) {
+            true => self
+                .sum
+                .add(weighted(param.val().inner(), widen(grad), self.eta, 1)),
             // 0 for finite gradients, NaN for any inf or NaN: left out of the norm, still
             // checked by it.
-            widen(grad).sum().mul_scalar(0.0)
-        };
-        self.sum = Some(match self.sum.take() {
-            Some(sum) => {
-                let dtype = sum.dtype();
-                sum + squares.cast(dtype)
-            }
-            None => squares,
-        });
+            false => self.sum.add(widen(grad).sum().mul_scalar(0.0)),
+        }
     }
 }
 

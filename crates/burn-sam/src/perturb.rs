@@ -6,13 +6,13 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::{Bool, Tensor};
 
 use crate::config::SamConfig;
 use crate::error::StepError;
 use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
-use crate::norm::{read_norms, squared_norm, squared_sum, weighted};
+use crate::norm::{read_norms, squared_sum, weighted, SquaresSum};
 use crate::or_hand_back;
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
@@ -115,8 +115,11 @@ where
     let squares = or_hand_back!(squares, module);
     let scale = f64::from(loss_scale);
     let factor = squares.clone().map(|sum| {
+        // False for inf and NaN: one comparison where `is_finite` takes six kernels.
+        let finite = sum.clone().lower_elem(f64::INFINITY);
         let denominator = sum.sqrt().div_scalar(scale).add_scalar(config.eps).mul_scalar(scale);
-        denominator.full_like(config.rho_at(lr)).div(denominator)
+        let factor = denominator.full_like(config.rho_at(lr)).div(denominator);
+        (factor, finite.bool_not())
     });
     sync_running_states(&module);
     let mut perturb = Perturb {
@@ -146,28 +149,23 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    struct SquaredNorm<'a, B: Backend> {
+    struct Momenta<'a, B: Backend> {
         momentum: &'a ParamState<f64>,
-        sum: Option<Tensor<B, 1>>,
+        sum: SquaresSum<B>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Momenta<'_, B::InnerBackend> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) else {
-                return;
-            };
-            let squares = squared_norm(v);
-            self.sum = Some(match self.sum.take() {
-                Some(sum) => sum + squares,
-                None => squares,
-            });
+            if let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) {
+                self.sum.add(v);
+            }
         }
     }
-    let mut norm = SquaredNorm::<B::InnerBackend> {
+    let mut momenta = Momenta::<B::InnerBackend> {
         momentum,
-        sum: None,
+        sum: SquaresSum::default(),
     };
-    module.visit(&mut norm);
-    let Some(squares) = norm.sum else {
+    module.visit(&mut momenta);
+    let Some(squares) = momenta.sum.finish() else {
         return (module, None);
     };
     let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(rho);
@@ -213,12 +211,12 @@ impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
 }
 
 /// Moves every parameter with a gradient (that `picked` holds, when given) to
-/// `w + factor * a^2 * g`, `w` where that is NaN (`factor` from a norm that is not finite),
-/// and keeps every float tensor of the module (perturbed or not) in `snapshot`.
+/// `w + factor * a^2 * g`, `w` when the norm is not finite (the flag beside `factor`), and
+/// keeps every float tensor of the module (perturbed or not) in `snapshot`.
 struct Perturb<B: Backend> {
     grads: GradientsParams,
     eta: Option<f64>,
-    factor: Option<Tensor<B, 1>>,
+    factor: Option<(Tensor<B, 1>, Tensor<B, 1, Bool>)>,
     picked: Option<HashSet<ParamId>>,
     snapshot: ParamMap,
 }
@@ -233,17 +231,17 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
             .is_none_or(|picked| picked.contains(&id));
         let grad = self.grads.remove::<B::InnerBackend, D>(id);
         let tensor = match (grad, &self.factor) {
-            (Some(grad), Some(factor)) if picked => {
+            (Some(grad), Some((factor, not_finite))) if picked => {
                 let require_grad = tensor.is_require_grad();
                 let weight = tensor.inner();
                 let dtype = weight.dtype();
                 // `step` is the only owner of its buffer: backends that can (Flex) compute
                 // these operations in place, so the ascent allocates little.
+                // A one-element mask, broadcast: fused backends fuse it into one kernel with
+                // the rest (a per-element `is_nan` would split it into four).
                 let step = weighted(weight.clone(), widen(grad), self.eta, 2)
                     * factor.clone().reshape([1; D]);
-                // An infinite gradient times a zero factor is NaN: no move there.
-                let faults = step.clone().is_nan();
-                let step = step.mask_fill(faults, 0.0);
+                let step = step.mask_fill(not_finite.clone().reshape([1; D]), 0.0);
                 tracked(
                     Tensor::from_inner((step + widen(weight)).cast(dtype)),
                     require_grad,
