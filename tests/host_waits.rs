@@ -47,9 +47,18 @@ fn one_read_and_one_sync_per_step() {
         ("SAM", SamConfig::new()),
         ("ASAM", SamConfig::new().with_adaptive(true)),
         ("GSAM", SamConfig::new().with_variant(SamVariant::gsam())),
-        ("Friendly-SAM", SamConfig::new().with_variant(SamVariant::friendly_sam())),
-        ("LookSAM", SamConfig::new().with_variant(SamVariant::look_sam())),
-        ("Momentum-SAM", SamConfig::new().with_variant(SamVariant::momentum_sam())),
+        (
+            "Friendly-SAM",
+            SamConfig::new().with_variant(SamVariant::friendly_sam()),
+        ),
+        (
+            "LookSAM",
+            SamConfig::new().with_variant(SamVariant::look_sam()),
+        ),
+        (
+            "Momentum-SAM",
+            SamConfig::new().with_variant(SamVariant::momentum_sam()),
+        ),
     ];
     for (name, config) in variants {
         for scaling in [None, scaling.clone()] {
@@ -62,7 +71,8 @@ fn one_read_and_one_sync_per_step() {
             // Three steps: LookSAM's one-pass steps and Momentum-SAM's steps after the first.
             for step in 0..3 {
                 let n = waits(|| {
-                    let taken = sam.step_with(1e-3, model.take().unwrap(), |m: &Mlp<B>| loss(m, &b));
+                    let taken =
+                        sam.step_with(1e-3, model.take().unwrap(), |m: &Mlp<B>| loss(m, &b));
                     model = Some(taken.unwrap().module);
                 });
                 assert_eq!(n, (1, 1), "{name} (loss scaling {f16}), step {step}");
@@ -91,7 +101,11 @@ fn one_read_and_one_sync_per_step() {
         .with_sam_mode(SamMode::PerMicroBatch)
         .init(sam());
     let n = waits(|| drop(per_micro_batch.step(1e-3, model.clone(), &window, loss)));
-    assert_eq!(n, (1, 1), "m-sharpness: one perturbation per micro-batch, one read");
+    assert_eq!(
+        n,
+        (1, 1),
+        "m-sharpness: one perturbation per micro-batch, one read"
+    );
 
     let mut plain = AccumulationConfig::new(3).init(SgdConfig::new().init());
     let n = waits(|| drop(plain.step(1e-3, model.clone(), &window, loss)));

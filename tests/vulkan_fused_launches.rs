@@ -32,6 +32,21 @@ const WARM_UP: usize = 2;
 const STEPS: usize = 2;
 const ROWS: usize = 8;
 
+/// Each measured step, the floor it is compared with, and what it may add over that floor in
+/// launches per step: on the 4-tensor model, and per parameter tensor added (from 4 to 62).
+/// The counts were these when measured (Burn 0.21, lavapipe, `fusion` and `autotune`); a
+/// change that adds launches has to change them here. The floor of the SAM family is 3 per
+/// tensor: a norm of the ascent gradient, the perturbation and a norm of the descent
+/// gradient, one launch per tensor each (the norms' copies into one buffer, a fused kernel).
+const BOUNDS: [(&str, &str, f64, f64); 6] = [
+    ("SAM", "two passes", 22.0, 3.01),
+    ("ASAM", "two passes", 29.0, 4.63),
+    ("LookSAM k=2", "two passes", 45.0, 10.5),
+    ("Momentum-SAM", "momentum base", 24.0, 3.62),
+    ("f16 loss-scaled SAM", "f16 two passes", 35.0, 6.29),
+    ("accumulated SAM", "window of 2", 60.0, 8.25),
+];
+
 /// Launches and host waits per step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct PerStep {
@@ -80,24 +95,57 @@ fn measure(log: &Path, model: &Model) -> Vec<(&'static str, PerStep)> {
         SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
     let look_sam = SamVariant::LookSam { k: 2, alpha: 0.7 };
     vec![
-        ("momentum base", per_step(log, model, base_step(momentum(), &f32_batch))),
-        ("two passes", per_step(log, model, two_passes_step(&f32_batch))),
-        ("SAM", per_step(log, model, sam_step(SamConfig::new(), sgd(), &f32_batch))),
+        (
+            "momentum base",
+            per_step(log, model, base_step(momentum(), &f32_batch)),
+        ),
+        (
+            "two passes",
+            per_step(log, model, two_passes_step(&f32_batch)),
+        ),
+        (
+            "SAM",
+            per_step(log, model, sam_step(SamConfig::new(), sgd(), &f32_batch)),
+        ),
         (
             "ASAM",
-            per_step(log, model, sam_step(SamConfig::new().with_adaptive(true), sgd(), &f32_batch)),
+            per_step(
+                log,
+                model,
+                sam_step(SamConfig::new().with_adaptive(true), sgd(), &f32_batch),
+            ),
         ),
-        ("LookSAM k=2", per_step(log, model, sam_step(variant(look_sam), sgd(), &f32_batch))),
+        (
+            "LookSAM k=2",
+            per_step(log, model, sam_step(variant(look_sam), sgd(), &f32_batch)),
+        ),
         (
             "Momentum-SAM",
-            per_step(log, model, sam_step(variant(SamVariant::momentum_sam()), momentum(), &f32_batch)),
+            per_step(
+                log,
+                model,
+                sam_step(variant(SamVariant::momentum_sam()), momentum(), &f32_batch),
+            ),
         ),
-        ("f16 two passes", per_step(log, &f16_model, two_passes_step(&f16_batch))),
-        ("f16 loss-scaled SAM", per_step(log, &f16_model, sam_step(scaled, sgd(), &f16_batch))),
-        ("window of 2", per_step(log, model, window_passes_step(&window))),
+        (
+            "f16 two passes",
+            per_step(log, &f16_model, two_passes_step(&f16_batch)),
+        ),
+        (
+            "f16 loss-scaled SAM",
+            per_step(log, &f16_model, sam_step(scaled, sgd(), &f16_batch)),
+        ),
+        (
+            "window of 2",
+            per_step(log, model, window_passes_step(&window)),
+        ),
         (
             "accumulated SAM",
-            per_step(log, model, accumulated_step(SamConfig::new().init(sgd().init()), &window)),
+            per_step(
+                log,
+                model,
+                accumulated_step(SamConfig::new().init(sgd().init()), &window),
+            ),
         ),
     ]
 }
@@ -120,11 +168,41 @@ fn sam_adds_launches_and_waits_within_bounds() {
     let many: Model = MlpConfig::new(sizes).init(&device);
     let few = copy_as(&few, FloatDType::F32);
     let many = copy_as(&many, FloatDType::F32);
-    let counts = [(4, measure(&cache.log, &few)), (62, measure(&cache.log, &many))];
-    for (tensors, rows) in &counts {
-        for (name, step) in rows {
-            println!("{tensors} tensors | {name:<20} | {:>7.1} launches | {:.2} waits", step.launches, step.waits);
-        }
-    }
+    let counts = [
+        (4, measure(&cache.log, &few)),
+        (62, measure(&cache.log, &many)),
+    ];
     let _ = std::fs::remove_dir_all(&dir);
+    let get = |rows: &[(&str, PerStep)], name: &str| {
+        rows.iter()
+            .find(|(row, _)| *row == name)
+            .map(|(_, step)| *step)
+            .expect("measured")
+    };
+    let [(few_tensors, few), (many_tensors, many)] = &counts;
+    println!("launches | step | floor | {few_tensors} tensors | over floor | {many_tensors} tensors | over floor | per tensor added | host waits");
+    for (name, floor, extra_at_few, per_tensor) in BOUNDS {
+        let (step_few, step_many) = (get(few, name), get(many, name));
+        let over_few = step_few.launches - get(few, floor).launches;
+        let over_many = step_many.launches - get(many, floor).launches;
+        let growth = (over_many - over_few) / (many_tensors - few_tensors) as f64;
+        println!(
+            "launches | {name} | {floor} | {} | {over_few} | {} | {over_many} | {growth:.2} | {}",
+            step_few.launches, step_many.launches, step_many.waits
+        );
+        assert!(
+            over_few <= extra_at_few,
+            "{name}: {over_few} launches over {floor} on {few_tensors} tensors"
+        );
+        assert!(
+            growth <= per_tensor,
+            "{name}: {growth:.2} more launches per tensor over {floor}"
+        );
+        // One read (the step's gradient norms) and the sync that ends the step.
+        assert_eq!(
+            (step_few.waits, step_many.waits),
+            (2.0, 2.0),
+            "{name}: host waits"
+        );
+    }
 }

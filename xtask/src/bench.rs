@@ -282,4 +282,46 @@ pub fn bench(only: &[&str]) {
             accum_mib / large_mib
         );
     }
+    if lavapipe_installed() && (only.is_empty() || only.contains(&"vulkan")) {
+        fused_launches();
+    }
+}
+
+/// Kernel launches and host waits per step on the fused path (`tests/vulkan_fused_launches.rs`
+/// on lavapipe with Burn's `fusion`), printed as a table.
+fn fused_launches() {
+    let args = [
+        "test",
+        "--features",
+        "vulkan,fusion,autotune",
+        "--test",
+        "vulkan_fused_launches",
+        "--",
+        "--nocapture",
+    ];
+    eprintln!("$ cargo {}", args.join(" "));
+    let out = Command::new("cargo")
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| crate::fail(&format!("cannot start cargo: {error}")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!(
+        "\nKernel launches and host waits per step, Vulkan (lavapipe) with Burn's fusion, batch 8,"
+    );
+    println!("an MLP with 4 parameter tensors and one with 62; \"over floor\": launches the step adds to");
+    println!("its floor (two passes; Momentum-SAM: the momentum SGD step):\n");
+    for (i, line) in stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("launches |"))
+        .enumerate()
+    {
+        println!("|{line} |");
+        if i == 0 {
+            println!("|---|---|---|---|---|---|---|---|---|");
+        }
+    }
+    if !out.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        crate::fail("tests/vulkan_fused_launches.rs failed");
+    }
 }

@@ -154,7 +154,10 @@ impl<B: Backend> SquaresSum<B> {
 
 /// `sqrt(squares) / loss_scale` for each of `squares` (0 for `None`), read back together: one
 /// device sync for all of them.
-pub(crate) fn read_norms<B: Backend>(squares: &[Option<Tensor<B, 1>>], loss_scale: f32) -> Vec<f64> {
+pub(crate) fn read_norms<B: Backend>(
+    squares: &[Option<Tensor<B, 1>>],
+    loss_scale: f32,
+) -> Vec<f64> {
     let present: Vec<_> = squares.iter().flatten().cloned().collect();
     let Some(dtype) = present.first().map(Tensor::dtype) else {
         return vec![0.0; squares.len()];

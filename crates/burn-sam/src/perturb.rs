@@ -117,7 +117,11 @@ where
     let factor = squares.clone().map(|sum| {
         // False for inf and NaN: one comparison where `is_finite` takes six kernels.
         let finite = sum.clone().lower_elem(f64::INFINITY);
-        let denominator = sum.sqrt().div_scalar(scale).add_scalar(config.eps).mul_scalar(scale);
+        let denominator = sum
+            .sqrt()
+            .div_scalar(scale)
+            .add_scalar(config.eps)
+            .mul_scalar(scale);
         let factor = denominator.full_like(config.rho_at(lr)).div(denominator);
         (factor, finite.bool_not())
     });

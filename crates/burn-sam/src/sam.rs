@@ -12,8 +12,8 @@ use crate::filter::perturbed_params;
 use crate::handle::LossScaleHandle;
 use crate::label::{check_resume, Resume, SamRecordLabel};
 use crate::merge::merge_devices;
-use crate::or_hand_back;
 use crate::norm::read_norms;
+use crate::or_hand_back;
 use crate::param_map::{AnyValue, ParamMap};
 use crate::perturb::{look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
@@ -616,7 +616,8 @@ impl<O> Sam<O> {
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent = or_hand_back!(descent, module);
-        let (ascent, descent_grad_norm) = pending.read_norms::<B::InnerBackend>(descent, loss_scale);
+        let (ascent, descent_grad_norm) =
+            pending.read_norms::<B::InnerBackend>(descent, loss_scale);
         if !ascent.perturbed {
             log::warn!(
                 "SAM ascent gradient norm {} at loss scale {loss_scale}: this batch was not perturbed",
@@ -683,7 +684,11 @@ impl<O> Sam<O> {
     /// The ascent waiting for its descent, if any, its norm read from the device.
     pub(crate) fn ascent_pending<B: AutodiffBackend>(&self) -> Option<PendingAscent> {
         let pending = self.pending.as_ref()?;
-        Some(pending.read_norms::<B::InnerBackend>(None, self.loss_scale()).0)
+        Some(
+            pending
+                .read_norms::<B::InnerBackend>(None, self.loss_scale())
+                .0,
+        )
     }
 
     fn check_pending<M, B>(&self, module: &M) -> Result<(), SamError>
