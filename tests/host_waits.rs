@@ -5,16 +5,19 @@
 #![cfg(feature = "flex")]
 
 use burn::backend::{Autodiff, Flex};
+use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{AdamConfig, GradientsParams, SgdConfig};
+use burn::optim::{AdamConfig, GradientsParams, Sgd, SgdConfig};
 use burn::tensor::{Distribution, Tensor};
 use burn_sam::diagnostics::{device_reads, device_syncs};
-use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamVariant};
+use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamVariant};
+use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::{AccumulationConfig, MicroBatch, SamMode};
-use burn_sam_suite::{Mlp, MlpConfig};
+use burn_sam_suite::{blobs, ClassBatcher, Classifier, Mlp, MlpConfig, Quiet};
 
 type B = Autodiff<Flex>;
 type Batch = (Tensor<B, 2>, Tensor<B, 2>);
+type SgdOptim = OptimizerAdaptor<Sgd<Flex>, Classifier<B>, B>;
 
 fn loss(model: &Mlp<B>, (x, y): &Batch) -> Tensor<B, 1> {
     (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean()
@@ -110,4 +113,42 @@ fn one_read_and_one_sync_per_step() {
     let mut plain = AccumulationConfig::new(3).init(SgdConfig::new().init());
     let n = waits(|| drop(plain.step(1e-3, model.clone(), &window, loss)));
     assert_eq!(n, (1, 1), "plain accumulation over a window of 3");
+
+    // Burn's Learner with `SamTraining`: one epoch of 6 batches (checkpoint and validation
+    // included), SAM and Momentum-SAM.
+    for config in [
+        SamConfig::new(),
+        SamConfig::new().with_variant(SamVariant::momentum_sam()),
+    ] {
+        let n = waits(|| learner_epoch(config.init(momentum.init())));
+        assert_eq!(n, (6, 6), "SamTraining, {:?}", config.variant);
+    }
+}
+
+/// One `Learner` epoch of 6 batches of 20 under `SamTraining`.
+fn learner_epoch(optim: Sam<SgdOptim>) {
+    use burn::data::dataloader::DataLoaderBuilder;
+    use burn::data::dataset::InMemDataset;
+    use burn::train::metric::LossMetric;
+    use burn::train::{Learner, SupervisedTraining};
+
+    let model = Classifier {
+        mlp: MlpConfig::new(vec![2, 8, 3]).init(&Default::default()),
+    };
+    let train = DataLoaderBuilder::new(ClassBatcher)
+        .batch_size(20)
+        .build(InMemDataset::new(blobs(120, 7, 2, 3)));
+    let valid = DataLoaderBuilder::new(ClassBatcher)
+        .batch_size(60)
+        .build(InMemDataset::new(blobs(60, 99, 2, 3)));
+    let strategy = SamTraining::new(Default::default(), &optim);
+    let dir = std::env::temp_dir().join(format!("burn-sam-waits-{}", std::process::id()));
+    SupervisedTraining::new(&dir, train, valid)
+        .metrics((LossMetric::new(),))
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .with_training_strategy(strategy.into_strategy())
+        .num_epochs(1)
+        .launch(Learner::new(model, optim, 0.05));
+    let _ = std::fs::remove_dir_all(&dir);
 }
