@@ -1,6 +1,7 @@
 //! SAM's cost against its limits, on every backend compiled in (Flex and NdArray by default,
-//! Vulkan and LibTorch with their features), for three models: an MLP of about 100k
-//! parameters, one of about 2M, and a small CNN. Per backend and model: a base step (SGD), a
+//! Vulkan and LibTorch with their features), for five models: an MLP of about 100k
+//! parameters, one of about 2M, a small CNN, and two with as many parameter tensors as users'
+//! models (a narrow ResNet-18 with BatchNorm, 62; a pre-norm transformer encoder, 68). Per backend and model: a base step (SGD), a
 //! SAM and an ASAM step, a step of each SAM variant (GSAM, LookSAM with k = 10, Friendly-SAM;
 //! their defaults), an f16 SAM step with and without loss scaling (where the backend has
 //! f16), and gradient accumulation (k = 4 micro-batches against one batch of 4b, with the peak
@@ -22,7 +23,8 @@ use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::MicroBatch;
 use burn_sam_suite::bench::{
     accumulated_step, base_step, batch, copy_as, largest_param, paired_medians, param_pass_step,
-    sam_step, two_passes_step, window_passes_step, CnnConfig, Net, Timed, MLP_100K, MLP_2M,
+    sam_step, two_passes_step, window_passes_step, CnnConfig, EncoderConfig, Net, ResNetConfig,
+    Timed, MLP_100K, MLP_2M,
 };
 use burn_sam_suite::{Mlp, MlpConfig};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -244,7 +246,7 @@ fn criterion_filter_is_empty() -> bool {
 /// Rounds of paired timings (one step of every function per round), for the ratios.
 const ROUNDS: usize = 15;
 
-/// The three models on backend `B`, in groups `<backend>-<model>`.
+/// The five models on backend `B`, in groups `<backend>-<model>`.
 fn bench_backend<B: AutodiffBackend>(c: &mut Criterion, backend: &str) {
     let device = Default::default();
     B::seed(&device, 0);
@@ -253,6 +255,8 @@ fn bench_backend<B: AutodiffBackend>(c: &mut Criterion, backend: &str) {
     bench_model(c, &name("mlp_100k"), mlp(&MLP_100K));
     bench_model(c, &name("mlp_2m"), mlp(&MLP_2M));
     bench_model(c, &name("cnn"), CnnConfig::new().init::<B>(&device));
+    bench_model(c, &name("resnet18"), ResNetConfig::new().init::<B>(&device));
+    bench_model(c, &name("encoder"), EncoderConfig::new().init::<B>(&device));
 }
 
 fn sam_cost(c: &mut Criterion) {

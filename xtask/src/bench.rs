@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::backends::{lavapipe_installed, torch_env};
 use crate::run_with;
 
-const MODELS: [&str; 3] = ["mlp_100k", "mlp_2m", "cnn"];
+const MODELS: [&str; 5] = ["mlp_100k", "mlp_2m", "cnn", "resnet18", "encoder"];
 
 /// Criterion's mean estimate, in milliseconds, for `group/function`.
 fn mean_ms(criterion: &Path, group: &str, function: &str) -> f64 {

@@ -209,17 +209,20 @@ impl FamilyRules {
                 inverse_scale: 1.0 / f64::from(loss_scale),
                 state: ParamState::default(),
             },
+            // The old `v` is taken out, so that `mu * v + g` can run in its buffer.
             SamVariant::MomentumSam { mu } => DescentRule::Momentum {
                 mu,
                 inverse_scale: 1.0 / f64::from(loss_scale),
-                old: &self.state,
+                old: core::mem::take(&mut self.state),
                 new: ParamState::default(),
             },
             _ => return grads,
         };
         let mut descent = DescentMap { ascent_grads, rule };
         let (out, _) = map_grads(module, grads, &mut descent);
-        if let DescentRule::Momentum { new, .. } = descent.rule {
+        if let DescentRule::Momentum { old, new, .. } = descent.rule {
+            // Parameters without a gradient this step keep their `v`.
+            self.state = old;
             self.state.extend(new);
             return out;
         }
@@ -395,7 +398,7 @@ enum DescentRule<'a, B: Backend> {
     Momentum {
         mu: f64,
         inverse_scale: f64,
-        old: &'a ParamState<f64>,
+        old: ParamState<f64>,
         new: ParamState<f64>,
     },
 }
@@ -459,7 +462,7 @@ impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
                     true => grad.clone(),
                     false => grad.clone().mul_scalar(*inverse_scale),
                 };
-                let momentum = match state_like(old, &id, &grad) {
+                let momentum = match old.take(&id, grad.shape(), &grad.device(), grad.dtype()) {
                     Some(momentum) => momentum.mul_scalar(*mu) + unscaled,
                     None => unscaled,
                 };

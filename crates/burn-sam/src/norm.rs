@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::diagnostics::read_back;
 use crate::error::SamError;
@@ -103,9 +103,11 @@ pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
     Ok(visitor.sum.finish())
 }
 
-/// `sum_i ||x_i||^2` over tensors of any shape, as a device scalar: a reduction per tensor
-/// summed, or, where [`norm_by_concatenation`] says so, one reduction over all of them
-/// flattened and concatenated. Every global norm of the crate is one of these.
+/// `sum_i ||x_i||^2` over tensors of any shape, computed in the widened float type
+/// ([`widen`]), as a device scalar: a reduction per tensor summed, or, where
+/// [`norm_by_concatenation`] says so, one reduction over all of them flattened and
+/// concatenated (in their own type, widened once: one launch per f16 tensor, not two). Every
+/// global norm of the crate is one of these.
 pub(crate) struct SquaresSum<B: Backend> {
     concatenate: Option<bool>,
     sum: Option<Tensor<B, 1>>,
@@ -132,7 +134,7 @@ impl<B: Backend> SquaresSum<B> {
             self.flat.push(x.reshape([n]));
             return;
         }
-        let squares = squared_norm(x);
+        let squares = squared_norm(widen(x));
         self.sum = Some(match self.sum.take() {
             Some(sum) => {
                 let dtype = sum.dtype();
@@ -147,8 +149,19 @@ impl<B: Backend> SquaresSum<B> {
         let Some(dtype) = self.flat.first().map(Tensor::dtype) else {
             return self.sum;
         };
-        let flat = self.flat.into_iter().map(|x| x.cast(dtype)).collect();
-        Some(squared_norm(Tensor::cat(flat, 0)))
+        let all = match self.flat.iter().all(|x| x.dtype() == dtype) {
+            true => widen(Tensor::cat(self.flat, 0)),
+            false => {
+                let f64 = self.flat.iter().any(|x| x.dtype() == DType::F64);
+                let wide = if f64 {
+                    FloatDType::F64
+                } else {
+                    FloatDType::F32
+                };
+                Tensor::cat(self.flat.into_iter().map(|x| x.cast(wide)).collect(), 0)
+            }
+        };
+        Some(squared_norm(all))
     }
 }
 
@@ -193,6 +206,8 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
         };
         self.matched += 1;
         match self.picked.is_none_or(|picked| picked.contains(&param.id)) {
+            // Widened by the sum: once for all tensors where it concatenates them.
+            true if self.eta.is_none() => self.sum.add(grad),
             true => self
                 .sum
                 .add(weighted(param.val().inner(), widen(grad), self.eta, 1)),

@@ -257,6 +257,30 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
     }
 }
 
+/// The float tensors of `module` whose ids are in `ids`, as a snapshot for [`Restore`].
+pub(crate) fn kept_tensors<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    ids: &[ParamId],
+) -> ParamMap {
+    struct Keep<'a> {
+        ids: &'a [ParamId],
+        kept: ParamMap,
+    }
+    impl<B: Backend> ModuleVisitor<B> for Keep<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if self.ids.contains(&param.id) {
+                self.kept.insert(param.id, param.val());
+            }
+        }
+    }
+    let mut keep = Keep {
+        ids,
+        kept: ParamMap::default(),
+    };
+    module.visit(&mut keep);
+    keep.kept
+}
+
 /// Whether every float tensor of a module is in the snapshot with the same type.
 pub(crate) fn snapshot_covers<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,

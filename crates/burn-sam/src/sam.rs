@@ -1,4 +1,4 @@
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, ParamId};
 use burn::optim::LearningRate;
 use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
 use burn::record::Record;
@@ -15,7 +15,9 @@ use crate::merge::merge_devices;
 use crate::norm::read_norms;
 use crate::or_hand_back;
 use crate::param_map::{AnyValue, ParamMap};
-use crate::perturb::{look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore};
+use crate::perturb::{
+    kept_tensors, look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore,
+};
 use crate::precision::{MixedPrecision, MixedPrecisionRecord};
 use crate::state::ParamState;
 use crate::strategy::{check_handed_scale, Handover};
@@ -437,17 +439,26 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         let given = module.clone();
-        let weights = match (&self.look_ahead, at_weights) {
-            (Some(snapshot), false) => module.map(&mut Restore {
-                snapshot: snapshot.clone(),
-            }),
-            _ => module,
+        // The kept `w` is moved into the module, not cloned, so that the base optimizer can
+        // update it in place; a step that does not apply keeps the weights it hands back.
+        let kept = match at_weights {
+            true => None,
+            false => self.look_ahead.take(),
+        };
+        let moved: Option<Vec<ParamId>> = kept.as_ref().map(|kept| kept.iter().copied().collect());
+        let weights = match kept {
+            Some(snapshot) => module.map(&mut Restore { snapshot }),
+            None => module,
         };
         let (weights, report) = match self.step_descent(lr, weights, grads, Descent::SinglePass) {
             Ok(stepped) => stepped,
-            Err(error) => return Err(StepError::new(given, error.error)),
+            Err(error) => {
+                self.look_ahead = moved.map(|ids| kept_tensors(&error.module, &ids));
+                return Err(StepError::new(given, error.error));
+            }
         };
         if !report.outcome.applied() {
+            self.look_ahead = moved.map(|ids| kept_tensors(&weights, &ids));
             return Ok((given, report));
         }
         self.family.set_look_ahead_rho(self.config.rho_at(lr));
