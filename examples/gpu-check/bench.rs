@@ -1,17 +1,20 @@
 //! SAM's cost on this backend: paired medians (interleaved rounds, a device sync after every
 //! step) of a base step, SAM's floor (two passes) and a SAM step, in f32 and f16, and of
-//! loss-scaled against unscaled f16 SAM, on the three models `cargo xtask bench` times on the
-//! CPU backends (so that the CUDA row joins its table) and the CNN with BatchNorm.
+//! loss-scaled against unscaled f16 SAM, and Momentum-SAM against momentum SGD, on the five
+//! models `cargo xtask bench` times on the CPU backends (so that the CUDA row joins its table;
+//! the narrow ResNet-18 and the encoder have as many parameter tensors as users' models) and
+//! the CNN with BatchNorm; with burn-sam's host waits per SAM step.
 
 use std::path::Path;
 
+use burn::optim::momentum::MomentumConfig;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::Backend as _;
 use burn::tensor::FloatDType;
-use burn_sam::{LossScalerConfig, SamConfig};
+use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_suite::bench::{
-    base_step, batch, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig, Net, Timed,
-    MLP_100K, MLP_2M,
+    base_step, batch, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig,
+    EncoderConfig, Net, ResNetConfig, Timed, MLP_100K, MLP_2M,
 };
 use burn_sam_suite::MlpConfig;
 use serde_json::{json, Map, Value};
@@ -41,6 +44,10 @@ pub fn run(rounds: usize, rows: usize, json: &Path) -> Result<(), String> {
     models.insert("mlp_2m".into(), bench_model(mlp(&MLP_2M), rounds, rows));
     models.insert("cnn".into(), bench_model(cnn(false), rounds, rows));
     models.insert("cnn_bn".into(), bench_model(cnn(true), rounds, rows));
+    let resnet = ResNetConfig::new().init::<B>(&device);
+    models.insert("resnet18".into(), bench_model(resnet, rounds, rows));
+    let encoder = EncoderConfig::new().init::<B>(&device);
+    models.insert("encoder".into(), bench_model(encoder, rounds, rows));
     let report = json!({
         "backend": crate::BACKEND,
         "batch": rows,
@@ -61,6 +68,8 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
     // Large enough for the gradients, small enough for f16 (no overflow, no skipped steps).
     let scaled =
         SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
+    let momentum = || SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
+    let msam = SamConfig::new().with_variant(SamVariant::momentum_sam());
     let timed = |name, start, step| Timed { name, start, step };
     let mut steps: Vec<Timed<M>> = vec![
         timed("base_f32", &model, base_step(SgdConfig::new(), &f32_batch)),
@@ -86,11 +95,16 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
             &model_f16,
             sam_step(scaled, SgdConfig::new(), &f16_batch),
         ),
+        timed("momentum_f32", &model, base_step(momentum(), &f32_batch)),
+        timed("msam_f32", &model, sam_step(msam, momentum(), &f32_batch)),
     ];
     let mut states: Vec<Option<M>> = steps.iter().map(|_| None).collect();
     eprintln!("warming up ({WARM_UP} steps of each)");
     paired_medians::<B, M>(&mut steps, &mut states, WARM_UP);
+    let waits = burn_sam::diagnostics::host_waits();
     let medians = paired_medians::<B, M>(&mut steps, &mut states, rounds);
+    // Four SAM steps (f32, f16, loss-scaled f16, Momentum-SAM) per round.
+    let waits_per_sam_step = (burn_sam::diagnostics::host_waits() - waits) as f64 / (4 * rounds) as f64;
     let ms: Map<String, Value> = medians
         .iter()
         .map(|&(name, ms)| (name.to_string(), ms.into()))
@@ -102,7 +116,13 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
         "sam_over_base_f16": of("sam_f16") / of("base_f16"),
         "sam_over_two_passes_f16": of("sam_f16") / of("two_passes_f16"),
         "scaled_over_unscaled_f16": of("scaled_sam_f16") / of("sam_f16"),
+        "msam_over_base_f32": of("msam_f32") / of("momentum_f32"),
     });
     eprintln!("{}", json!({ "ms": ms, "ratios": ratios }));
-    json!({ "params": model.num_params(), "ms": ms, "ratios": ratios })
+    json!({
+        "params": model.num_params(),
+        "ms": ms,
+        "ratios": ratios,
+        "host_waits_per_sam_step": waits_per_sam_step,
+    })
 }
