@@ -10,7 +10,7 @@ use burn::nn::pool::{AvgPool2d, AvgPool2dConfig};
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
-use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d};
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::activation::relu;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -77,7 +77,14 @@ impl<B: Backend> BasicBlock<B> {
         let conv = |channels, kernel: usize, stride| {
             Conv2dConfig::new(channels, [kernel, kernel])
                 .with_stride([stride, stride])
-                .with_padding(burn::nn::PaddingConfig2d::Same)
+                // Symmetric: Burn 0.21 pads asymmetric padding with `pad`, which fails on
+                // Flex in f16 (a dtype mismatch in `slice_assign`).
+                .with_padding(PaddingConfig2d::Explicit(
+                    kernel / 2,
+                    kernel / 2,
+                    kernel / 2,
+                    kernel / 2,
+                ))
                 .with_bias(false)
                 .init(device)
         };
@@ -138,7 +145,7 @@ impl ResNetConfig {
         ResNet {
             stem: Conv2dConfig::new([1, self.widths[0]], [3, 3])
                 .with_stride([2, 2])
-                .with_padding(burn::nn::PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
                 .with_bias(false)
                 .init(device),
             norm: BatchNormConfig::new(self.widths[0]).init(device),
@@ -447,8 +454,12 @@ mod tests {
         let encoder = EncoderConfig::new().init::<B>(&device);
         assert_eq!(param_tensors(&resnet), 62, "ResNet-18");
         assert_eq!(param_tensors(&encoder), 68);
-        let (x, _) = batch::<B>(2, FloatDType::F32);
-        assert_eq!(Net::forward(&resnet, x.clone()).dims(), [2, 10]);
-        assert_eq!(Net::forward(&encoder, x).dims(), [2, 10]);
+        for dtype in [FloatDType::F32, FloatDType::F16] {
+            let (x, _) = batch::<B>(2, dtype);
+            let resnet = copy_as(&resnet, dtype);
+            let encoder = copy_as(&encoder, dtype);
+            assert_eq!(Net::forward(&resnet, x.clone()).dims(), [2, 10]);
+            assert_eq!(Net::forward(&encoder, x).dims(), [2, 10]);
+        }
     }
 }

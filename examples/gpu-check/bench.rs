@@ -13,8 +13,8 @@ use burn::tensor::backend::Backend as _;
 use burn::tensor::FloatDType;
 use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_suite::bench::{
-    base_step, batch, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig,
-    EncoderConfig, Net, ResNetConfig, Timed, MLP_100K, MLP_2M,
+    base_step, batch, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig, EncoderConfig,
+    Net, ResNetConfig, Timed, MLP_100K, MLP_2M,
 };
 use burn_sam_suite::MlpConfig;
 use serde_json::{json, Map, Value};
@@ -68,7 +68,8 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
     // Large enough for the gradients, small enough for f16 (no overflow, no skipped steps).
     let scaled =
         SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
-    let momentum = || SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
+    let momentum =
+        || SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
     let msam = SamConfig::new().with_variant(SamVariant::momentum_sam());
     let timed = |name, start, step| Timed { name, start, step };
     let mut steps: Vec<Timed<M>> = vec![
@@ -104,7 +105,8 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
     let waits = burn_sam::diagnostics::host_waits();
     let medians = paired_medians::<B, M>(&mut steps, &mut states, rounds);
     // Four SAM steps (f32, f16, loss-scaled f16, Momentum-SAM) per round.
-    let waits_per_sam_step = (burn_sam::diagnostics::host_waits() - waits) as f64 / (4 * rounds) as f64;
+    let waits_per_sam_step =
+        (burn_sam::diagnostics::host_waits() - waits) as f64 / (4 * rounds) as f64;
     let ms: Map<String, Value> = medians
         .iter()
         .map(|&(name, ms)| (name.to_string(), ms.into()))
