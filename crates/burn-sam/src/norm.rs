@@ -6,12 +6,12 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, FloatDType, Tensor};
+use burn::tensor::Tensor;
 
 use crate::diagnostics::read_back;
 use crate::error::SamError;
 use crate::float::widen;
-use crate::quirks::{norm_by_concatenation, squared_norm_by_matmul};
+use crate::quirks::squared_norm_by_matmul;
 
 /// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
 /// `a^2 * g`.
@@ -74,23 +74,11 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     loss_scale: f32,
     picked: Option<&HashSet<ParamId>>,
 ) -> Result<f64, SamError> {
-    let squares = squared_sum(module, grads, eta, picked)?;
-    Ok(read_norms::<B::InnerBackend>(&[squares], loss_scale)[0])
-}
-
-/// `sum_p ||a_p * g_p||^2` as a device scalar (`None` without gradients), as
-/// [`unscaled_norm`] sums it, without reading it.
-pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
-    module: &M,
-    grads: &GradientsParams,
-    eta: Option<f64>,
-    picked: Option<&HashSet<ParamId>>,
-) -> Result<Option<Tensor<B::InnerBackend, 1>>, SamError> {
     let mut visitor = SquaredNorm::<B> {
         grads,
         eta,
         picked,
-        sum: SquaresSum::default(),
+        sum: None,
         matched: 0,
     };
     module.visit(&mut visitor);
@@ -100,102 +88,18 @@ pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
             matched: visitor.matched,
         });
     }
-    Ok(visitor.sum.finish())
-}
-
-/// `sum_i ||x_i||^2` over tensors of any shape, computed in the widened float type
-/// ([`widen`]), as a device scalar: a reduction per tensor summed, or, where
-/// [`norm_by_concatenation`] says so, one reduction over all of them flattened and
-/// concatenated (in their own type, widened once: one launch per f16 tensor, not two). Every
-/// global norm of the crate is one of these.
-pub(crate) struct SquaresSum<B: Backend> {
-    concatenate: Option<bool>,
-    sum: Option<Tensor<B, 1>>,
-    flat: Vec<Tensor<B, 1>>,
-}
-
-impl<B: Backend> Default for SquaresSum<B> {
-    fn default() -> Self {
-        Self {
-            concatenate: None,
-            sum: None,
-            flat: Vec::new(),
-        }
-    }
-}
-
-impl<B: Backend> SquaresSum<B> {
-    pub fn add<const D: usize>(&mut self, x: Tensor<B, D>) {
-        let concatenate = *self
-            .concatenate
-            .get_or_insert_with(|| norm_by_concatenation::<B>(&x.device()));
-        if concatenate {
-            let n = x.shape().num_elements();
-            self.flat.push(x.reshape([n]));
-            return;
-        }
-        let squares = squared_norm(widen(x));
-        self.sum = Some(match self.sum.take() {
-            Some(sum) => {
-                let dtype = sum.dtype();
-                sum + squares.cast(dtype)
-            }
-            None => squares,
-        });
-    }
-
-    /// The sum, `None` when nothing was added.
-    pub fn finish(self) -> Option<Tensor<B, 1>> {
-        let Some(dtype) = self.flat.first().map(Tensor::dtype) else {
-            return self.sum;
-        };
-        let all = match self.flat.iter().all(|x| x.dtype() == dtype) {
-            true => widen(Tensor::cat(self.flat, 0)),
-            false => {
-                let f64 = self.flat.iter().any(|x| x.dtype() == DType::F64);
-                let wide = if f64 {
-                    FloatDType::F64
-                } else {
-                    FloatDType::F32
-                };
-                Tensor::cat(self.flat.into_iter().map(|x| x.cast(wide)).collect(), 0)
-            }
-        };
-        Some(squared_norm(all))
-    }
-}
-
-/// `sqrt(squares) / loss_scale` for each of `squares` (0 for `None`), read back together: one
-/// device sync for all of them.
-pub(crate) fn read_norms<B: Backend>(
-    squares: &[Option<Tensor<B, 1>>],
-    loss_scale: f32,
-) -> Vec<f64> {
-    let present: Vec<_> = squares.iter().flatten().cloned().collect();
-    let Some(dtype) = present.first().map(Tensor::dtype) else {
-        return vec![0.0; squares.len()];
-    };
-    let mut present: Vec<_> = present.into_iter().map(|sum| sum.cast(dtype)).collect();
-    let all = match present.len() {
-        1 => present.remove(0),
-        _ => Tensor::cat(present, 0),
-    };
-    let mut values = read_back(all).iter::<f64>().collect::<Vec<_>>().into_iter();
-    let scale = f64::from(loss_scale);
-    squares
-        .iter()
-        .map(|sum| match sum {
-            Some(_) => values.next().unwrap_or(f64::NAN).sqrt() / scale,
-            None => 0.0,
-        })
-        .collect()
+    let norm = visitor.sum.map_or(0.0, |sum| {
+        let value = read_back(sum).iter::<f64>().next();
+        value.unwrap_or(f64::NAN).sqrt()
+    });
+    Ok(norm / f64::from(loss_scale))
 }
 
 struct SquaredNorm<'a, B: AutodiffBackend> {
     grads: &'a GradientsParams,
     eta: Option<f64>,
     picked: Option<&'a HashSet<ParamId>>,
-    sum: SquaresSum<B::InnerBackend>,
+    sum: Option<Tensor<B::InnerBackend, 1>>,
     matched: usize,
 }
 
@@ -205,16 +109,20 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
             return;
         };
         self.matched += 1;
-        match self.picked.is_none_or(|picked| picked.contains(&param.id)) {
-            // Widened by the sum: once for all tensors where it concatenates them.
-            true if self.eta.is_none() => self.sum.add(grad),
-            true => self
-                .sum
-                .add(weighted(param.val().inner(), widen(grad), self.eta, 1)),
+        let squares = if self.picked.is_none_or(|picked| picked.contains(&param.id)) {
+            squared_norm(weighted(param.val().inner(), widen(grad), self.eta, 1))
+        } else {
             // 0 for finite gradients, NaN for any inf or NaN: left out of the norm, still
             // checked by it.
-            false => self.sum.add(widen(grad).sum().mul_scalar(0.0)),
-        }
+            widen(grad).sum().mul_scalar(0.0)
+        };
+        self.sum = Some(match self.sum.take() {
+            Some(sum) => {
+                let dtype = sum.dtype();
+                sum + squares.cast(dtype)
+            }
+            None => squares,
+        });
     }
 }
 

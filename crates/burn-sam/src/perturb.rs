@@ -6,13 +6,13 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::Tensor;
 
 use crate::config::SamConfig;
 use crate::error::StepError;
 use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
-use crate::norm::{read_norms, squared_sum, weighted, SquaresSum};
+use crate::norm::{squared_norm, unscaled_norm, weighted};
 use crate::or_hand_back;
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
@@ -32,8 +32,7 @@ pub struct Perturbation<M> {
 /// `w + e(w)`, `e = rho_t * a^2 * g / (||a g|| + eps)`, with `g` the gradient at `w` (`grads`,
 /// carrying `loss_scale`), `rho_t` the radius at learning rate `lr` ([`SamConfig::rho_at`]),
 /// only the parameters [`SamConfig::perturb_only`] picks. [`Sam::ascend`](crate::Sam::ascend)
-/// moves by this same path, and also keeps `w` to step from; unlike it, `perturb` reads the
-/// norm back for its report (one host wait).
+/// moves by this same path, and also keeps `w` to step from.
 ///
 /// For a copy of the model that is dropped once its gradient is taken: data-parallel SAM's
 /// local ascent, where each replica is perturbed by its own gradient. The SAM variants'
@@ -77,27 +76,18 @@ where
         perturbed_params(&module, config.perturb_only.as_deref()),
         module
     );
-    let moved = move_along(config, lr, module, grads, loss_scale, picked)?;
-    let grad_norm = read_norms(&[moved.squares], loss_scale)[0];
+    let (module, _, grad_norm) = move_along(config, lr, module, grads, loss_scale, picked)?;
     Ok(Perturbation {
-        module: moved.module,
+        module,
         grad_norm,
         perturbed: grad_norm.is_finite(),
     })
 }
 
-/// What [`move_along`] did: the moved module, every float tensor it had before, and the
-/// direction's `||a d||^2` (scaled by the loss scale squared), still on the device.
-pub(crate) struct Moved<M, B: Backend> {
-    pub module: M,
-    pub snapshot: ParamMap,
-    pub squares: Option<Tensor<B, 1>>,
-}
-
 /// SAM's move along `direction` (the ascent gradient or a variant's direction, carrying
-/// `loss_scale`): `w + e`, `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))` over the
-/// `picked` parameters, decided on the device: no host wait. A norm that is not finite makes
-/// `e` zero (the module stays at `w`, up to the sign of zeros); the step's one read finds it.
+/// `loss_scale`): its unscaled norm `||a d||` over the `picked` parameters, then `w + e`,
+/// `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))`; unmoved when the norm is not
+/// finite. Returns the module, every float tensor it had before, and the norm.
 pub(crate) fn move_along<M, B>(
     config: &SamConfig,
     lr: LearningRate,
@@ -105,40 +95,28 @@ pub(crate) fn move_along<M, B>(
     direction: GradientsParams,
     loss_scale: f32,
     picked: Option<HashSet<ParamId>>,
-) -> Result<Moved<M, B::InnerBackend>, StepError<M>>
+) -> Result<(M, ParamMap, f64), StepError<M>>
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
     let eta = config.asam_eta();
-    let squares = squared_sum(&module, &direction, eta, picked.as_ref());
-    let squares = or_hand_back!(squares, module);
-    let scale = f64::from(loss_scale);
-    let factor = squares.clone().map(|sum| {
-        // False for inf and NaN: one comparison where `is_finite` takes six kernels.
-        let finite = sum.clone().lower_elem(f64::INFINITY);
-        let denominator = sum
-            .sqrt()
-            .div_scalar(scale)
-            .add_scalar(config.eps)
-            .mul_scalar(scale);
-        let factor = denominator.full_like(config.rho_at(lr)).div(denominator);
-        (factor, finite.bool_not())
-    });
+    let norm = unscaled_norm(&module, &direction, eta, loss_scale, picked.as_ref());
+    let grad_norm = or_hand_back!(norm, module);
+    let scale = match grad_norm.is_finite() {
+        true => config.rho_at(lr) / (f64::from(loss_scale) * (grad_norm + config.eps)),
+        false => 0.0,
+    };
     sync_running_states(&module);
     let mut perturb = Perturb {
         grads: direction,
         eta,
-        factor,
+        scale,
         picked,
         snapshot: ParamMap::default(),
     };
     let module = module.map(&mut perturb);
-    Ok(Moved {
-        module,
-        snapshot: perturb.snapshot,
-        squares,
-    })
+    Ok((module, perturb.snapshot, grad_norm))
 }
 
 /// Momentum-SAM's look-ahead: moves every parameter with a momentum in `momentum` from `w`
@@ -153,23 +131,28 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    struct Momenta<'a, B: Backend> {
+    struct SquaredNorm<'a, B: Backend> {
         momentum: &'a ParamState<f64>,
-        sum: SquaresSum<B>,
+        sum: Option<Tensor<B, 1>>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Momenta<'_, B::InnerBackend> {
+    impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) {
-                self.sum.add(v);
-            }
+            let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) else {
+                return;
+            };
+            let squares = squared_norm(v);
+            self.sum = Some(match self.sum.take() {
+                Some(sum) => sum + squares,
+                None => squares,
+            });
         }
     }
-    let mut momenta = Momenta::<B::InnerBackend> {
+    let mut norm = SquaredNorm::<B::InnerBackend> {
         momentum,
-        sum: SquaresSum::default(),
+        sum: None,
     };
-    module.visit(&mut momenta);
-    let Some(squares) = momenta.sum.finish() else {
+    module.visit(&mut norm);
+    let Some(squares) = norm.sum else {
         return (module, None);
     };
     let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(rho);
@@ -215,17 +198,17 @@ impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
 }
 
 /// Moves every parameter with a gradient (that `picked` holds, when given) to
-/// `w + factor * a^2 * g`, `w` when the norm is not finite (the flag beside `factor`), and
-/// keeps every float tensor of the module (perturbed or not) in `snapshot`.
-struct Perturb<B: Backend> {
+/// `w + scale * a^2 * g` and keeps every float tensor of the module (perturbed or not) in
+/// `snapshot`.
+struct Perturb {
     grads: GradientsParams,
     eta: Option<f64>,
-    factor: Option<(Tensor<B, 1>, Tensor<B, 1, Bool>)>,
+    scale: f64,
     picked: Option<HashSet<ParamId>>,
     snapshot: ParamMap,
 }
 
-impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
+impl<B: AutodiffBackend> ModuleMapper<B> for Perturb {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
         self.snapshot.insert(id, tensor.clone());
@@ -233,19 +216,15 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
             .picked
             .as_ref()
             .is_none_or(|picked| picked.contains(&id));
-        let grad = self.grads.remove::<B::InnerBackend, D>(id);
-        let tensor = match (grad, &self.factor) {
-            (Some(grad), Some((factor, not_finite))) if picked => {
+        let tensor = match self.grads.remove::<B::InnerBackend, D>(id) {
+            Some(grad) if self.scale != 0.0 && picked => {
                 let require_grad = tensor.is_require_grad();
                 let weight = tensor.inner();
                 let dtype = weight.dtype();
-                // `step` is the only owner of its buffer: backends that can (Flex) compute
-                // these operations in place, so the ascent allocates little.
-                // A one-element mask, broadcast: fused backends fuse it into one kernel with
-                // the rest (a per-element `is_nan` would split it into four).
-                let step = weighted(weight.clone(), widen(grad), self.eta, 2)
-                    * factor.clone().reshape([1; D]);
-                let step = step.mask_fill(not_finite.clone().reshape([1; D]), 0.0);
+                // `step` is the only owner of its buffer: backends that can (Flex) compute both
+                // operations in place, so the ascent allocates nothing.
+                let step =
+                    weighted(weight.clone(), widen(grad), self.eta, 2).mul_scalar(self.scale);
                 tracked(
                     Tensor::from_inner((step + widen(weight)).cast(dtype)),
                     require_grad,

@@ -14,7 +14,7 @@ use crate::diagnostics::sync;
 use crate::error::{LossScaleError, SamError, StepError};
 use crate::float::{tracked, widen};
 use crate::handle::LossScaleHandle;
-use crate::norm::{squared_sum, unscaled_norm};
+use crate::norm::unscaled_norm;
 use crate::or_hand_back;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
@@ -93,21 +93,6 @@ impl MixedPrecision {
     {
         self.check_scaled()?;
         unscaled_norm(module, grads, None, self.loss_scale(), None)
-    }
-
-    /// The squared global norm of `grads` on the device (scaled, not read), once
-    /// [`MixedPrecision::check_scaled`] passes.
-    pub fn grad_squares<M, B>(
-        &self,
-        module: &M,
-        grads: &GradientsParams,
-    ) -> Result<Option<Tensor<B::InnerBackend, 1>>, SamError>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-    {
-        self.check_scaled()?;
-        squared_sum(module, grads, None, None)
     }
 
     /// The one scale update of an optimizer step.
@@ -338,10 +323,8 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
 /// H200 a resumed LookSAM run differed from the uninterrupted one in the last bit until
 /// steps ended here. Ending every step here makes each step's kernels the same whatever came
 /// before. The
-/// step already waited for the device once (its gradient norms, read before the update
-/// decides), so this is its second wait, a short one for the update's own kernels. Burn 0.21
-/// offers no way to run what is queued without waiting: burn-fusion's `flush_queue` is not
-/// reachable through the `Backend` trait, and a read waits too.
+/// step already waited for the device once per pass (its gradient norm), so this adds one
+/// short wait for the update's own kernels.
 fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     for device in module.devices() {
         sync::<B>(&device);

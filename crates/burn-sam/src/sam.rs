@@ -12,9 +12,8 @@ use crate::filter::perturbed_params;
 use crate::handle::LossScaleHandle;
 use crate::label::{check_resume, Resume, SamRecordLabel};
 use crate::merge::merge_devices;
-use crate::norm::read_norms;
 use crate::or_hand_back;
-use crate::param_map::{AnyValue, ParamMap};
+use crate::param_map::ParamMap;
 use crate::perturb::{
     kept_tensors, look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore,
 };
@@ -93,37 +92,19 @@ struct Pending {
     ascent_grads: ParamMap,
     /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
     variant_state: ParamState<f64>,
-    /// The ascent direction's squared norm (times the loss scale squared), an
-    /// `Option<Tensor<B::InnerBackend, 1>>` on the device: read with the descent's, the
-    /// step's one read. `None` on a one-pass step, which has no ascent.
-    ascent_squares: Option<AnyValue>,
+    grad_norm: f64,
+    /// False when the ascent overflowed: it then made this step's one loss-scale update.
+    perturbed: bool,
 }
 
-/// What [`Sam::ascend`] did, as its descent (or [`Phases::pending_ascent`]) reads it.
-///
-/// [`Phases::pending_ascent`]: crate::strategy::Phases::pending_ascent
+/// What [`Sam::ascend`] did, while its descent is pending.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PendingAscent {
     /// `||a * g||` of the ascent gradient, unscaled.
     pub grad_norm: f64,
-    /// False when the ascent gradient was not finite: the weights were left at `w` (the
-    /// perturbation was zero), and the step backs the loss scale off.
+    /// False when the ascent gradient was not finite: the weights were left unperturbed and
+    /// the loss scale has already backed off.
     pub perturbed: bool,
-}
-
-impl PendingAscent {
-    /// A one-pass step's: no ascent, nothing that overflowed.
-    const NONE: Self = Self {
-        grad_norm: f64::NAN,
-        perturbed: true,
-    };
-
-    fn of(grad_norm: f64) -> Self {
-        Self {
-            grad_norm,
-            perturbed: grad_norm.is_finite(),
-        }
-    }
 }
 
 /// Counters of what SAM did, saved in its record.
@@ -475,13 +456,10 @@ impl<O> Sam<O> {
     /// radius follows under a [`SamConfig::rho_schedule`].
     ///
     /// `grads` may be loss-scaled ([`Sam::scale_loss`]): the norm is unscaled for free.
-    /// The ascent waits for nothing: its norm stays on the device, and the descent reads it
-    /// with its own (one host wait per step). When the gradient is not finite (an overflow)
-    /// the perturbation is zero: the module stays at `w`, and the descent pass, at `w` with
-    /// the same loss scale, usually overflows too; the step is then skipped
-    /// ([`StepOutcome::UpdateSkipped`]), or, when the descent gradient is finite, a plain
-    /// base step ([`StepOutcome::AscentSkipped`]). Either way the loss scale backs off once
-    /// and nothing non-finite is written.
+    /// When the gradient is not finite (an overflow) the module is returned unperturbed, the
+    /// loss scale backs off (this step's one update) and the step becomes a plain base step
+    /// with the descent gradient, taken at `w` with the reduced scale. A warning is logged;
+    /// nothing non-finite is written.
     ///
     /// # Errors
     /// With `module` handed back unchanged and nothing pending: an ascent is already pending
@@ -517,7 +495,7 @@ impl<O> Sam<O> {
                 .ascent(&module, grads, loss_scale, picked.as_ref()),
             module
         );
-        let moved = move_along(
+        let (module, snapshot, grad_norm) = move_along(
             &self.config,
             lr,
             module,
@@ -525,13 +503,19 @@ impl<O> Sam<O> {
             loss_scale,
             picked,
         )?;
+        let perturbed = grad_norm.is_finite();
+        if !perturbed {
+            log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
+            or_hand_back!(self.precision.update(true), module);
+        }
         self.pending = Some(Pending {
-            snapshot: moved.snapshot,
+            snapshot,
             ascent_grads: ascent.ascent_grads,
             variant_state: ascent.state,
-            ascent_squares: Some(AnyValue::new(moved.squares)),
+            grad_norm,
+            perturbed,
         });
-        Ok(moved.module)
+        Ok(module)
     }
 
     /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
@@ -620,22 +604,14 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
-        let descent = self.precision.grad_squares(&module, &grads);
+        let descent = self.precision.grad_norm(&module, &grads);
         let (module, mut pending) = match kind {
             Descent::AfterAscent => self.put_back(module),
             Descent::SinglePass | Descent::Local => (module, Pending::single_pass()),
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
-        let descent = or_hand_back!(descent, module);
-        let (ascent, descent_grad_norm) =
-            pending.read_norms::<B::InnerBackend>(descent, loss_scale);
-        if !ascent.perturbed {
-            log::warn!(
-                "SAM ascent gradient norm {} at loss scale {loss_scale}: this batch was not perturbed",
-                ascent.grad_norm
-            );
-        }
-        let grads = match descent_grad_norm.is_finite() && ascent.perturbed {
+        let descent_grad_norm = or_hand_back!(descent, module);
+        let grads = match descent_grad_norm.is_finite() && pending.perturbed {
             true => self.family.descent(
                 &module,
                 grads,
@@ -648,18 +624,18 @@ impl<O> Sam<O> {
         let (module, applied) =
             self.precision
                 .step_if_finite(&mut self.base, lr, module, grads, descent_grad_norm);
-        if applied && ascent.perturbed {
+        if applied && pending.perturbed {
             self.family
                 .commit_ascent(core::mem::take(&mut pending.variant_state));
         }
-        let outcome = match (applied, kind, ascent.perturbed) {
+        let outcome = match (applied, kind, pending.perturbed) {
             (false, ..) => StepOutcome::UpdateSkipped,
             (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
             (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
             (true, ..) => StepOutcome::Applied,
         };
         let report = or_hand_back!(
-            self.finish(ascent, outcome, descent_grad_norm, loss_scale),
+            self.finish(&pending, outcome, descent_grad_norm, loss_scale),
             module
         );
         Ok((module, report))
@@ -674,9 +650,8 @@ impl<O> Sam<O> {
         or_hand_back!(self.check_pending(&module), module);
         let loss_scale = self.loss_scale();
         let (module, pending) = self.put_back(module);
-        let (ascent, _) = pending.read_norms::<B::InnerBackend>(None, loss_scale);
         let report = or_hand_back!(
-            self.finish(ascent, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
+            self.finish(&pending, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
             module
         );
         Ok((module, report))
@@ -692,14 +667,12 @@ impl<O> Sam<O> {
         Ok(self.put_back(module).0)
     }
 
-    /// The ascent waiting for its descent, if any, its norm read from the device.
-    pub(crate) fn ascent_pending<B: AutodiffBackend>(&self) -> Option<PendingAscent> {
-        let pending = self.pending.as_ref()?;
-        Some(
-            pending
-                .read_norms::<B::InnerBackend>(None, self.loss_scale())
-                .0,
-        )
+    /// The ascent waiting for its descent, if any.
+    pub(crate) fn ascent_pending(&self) -> Option<PendingAscent> {
+        self.pending.as_ref().map(|pending| PendingAscent {
+            grad_norm: pending.grad_norm,
+            perturbed: pending.perturbed,
+        })
     }
 
     fn check_pending<M, B>(&self, module: &M) -> Result<(), SamError>
@@ -732,27 +705,29 @@ impl<O> Sam<O> {
         (module, pending)
     }
 
-    /// The step's one loss-scale update and counters.
+    /// The step's one loss-scale update (unless the overflowed ascent made it) and counters.
     fn finish(
         &mut self,
-        ascent: PendingAscent,
+        pending: &Pending,
         outcome: StepOutcome,
         descent_grad_norm: f64,
         loss_scale: f32,
     ) -> Result<StepReport, SamError> {
         self.stats.steps += 1;
-        self.stats.ascents_skipped += u64::from(!ascent.perturbed);
+        self.stats.ascents_skipped += u64::from(!pending.perturbed);
         self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
         self.family.advance(matches!(
             outcome,
             StepOutcome::Applied | StepOutcome::SinglePass
         ));
         self.publish_passes();
-        let skipped = outcome == StepOutcome::UpdateSkipped;
-        self.precision.update(skipped || !ascent.perturbed)?;
+        if pending.perturbed {
+            self.precision
+                .update(outcome == StepOutcome::UpdateSkipped)?;
+        }
         let report = StepReport {
             outcome,
-            ascent_grad_norm: ascent.grad_norm,
+            ascent_grad_norm: pending.grad_norm,
             descent_grad_norm,
             loss_scale,
         };
@@ -861,34 +836,15 @@ enum Descent {
 }
 
 impl Pending {
-    /// A one-pass step's: nothing perturbed, nothing kept.
+    /// A one-pass step's: nothing perturbed, nothing kept, the scale update still to make.
     fn single_pass() -> Self {
         Self {
             snapshot: ParamMap::default(),
             ascent_grads: ParamMap::default(),
             variant_state: ParamState::default(),
-            ascent_squares: None,
+            grad_norm: f64::NAN,
+            perturbed: true,
         }
-    }
-
-    /// The ascent's report and the descent's unscaled norm (0 without `descent`), read back
-    /// together: one host wait.
-    fn read_norms<B: Backend>(
-        &self,
-        descent: Option<Tensor<B, 1>>,
-        loss_scale: f32,
-    ) -> (PendingAscent, f64) {
-        let ascent = self.ascent_squares.as_ref().map(|squares| {
-            squares
-                .get::<Option<Tensor<B, 1>>>()
-                .expect("the ascent's norm is on the descent's backend")
-        });
-        let norms = read_norms(&[ascent.clone().flatten(), descent], loss_scale);
-        let ascent = match ascent {
-            Some(_) => PendingAscent::of(norms[0]),
-            None => PendingAscent::NONE,
-        };
-        (ascent, norms[1])
     }
 }
 
