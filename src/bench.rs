@@ -425,20 +425,6 @@ where
         .collect()
 }
 
-/// The number of parameter tensors of `module` that training updates (not BatchNorm's running
-/// statistics).
-pub fn param_tensors<B: AutodiffBackend, M: Module<B>>(module: &M) -> usize {
-    struct Count(usize);
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Count {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0 += usize::from(param.val().is_require_grad());
-        }
-    }
-    let mut count = Count(0);
-    module.visit(&mut count);
-    count.0
-}
-
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
@@ -446,6 +432,20 @@ mod tests {
     use super::*;
 
     type B = Autodiff<Flex>;
+
+    /// The number of parameter tensors of `module` that training updates (not BatchNorm's running
+    /// statistics).
+    fn param_tensors<B: AutodiffBackend, M: Module<B>>(module: &M) -> usize {
+        struct Count(usize);
+        impl<B: AutodiffBackend> ModuleVisitor<B> for Count {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                self.0 += usize::from(param.val().is_require_grad());
+            }
+        }
+        let mut count = Count(0);
+        module.visit(&mut count);
+        count.0
+    }
 
     #[test]
     fn the_realistic_models_have_their_namesakes_tensor_counts() {
