@@ -1,11 +1,13 @@
 //! Data-parallel SAM across MPI ranks (feature `mpi`). Every rank runs this program under
 //! `mpirun -np N`; `cargo xtask ci` (and `cargo xtask test-mpi`) runs each scenario:
 //!
-//! - `ranks` (N = 2 or 3): each rank's replicas against one process holding every replica of
-//!   the job, bitwise: Synced and Local on uneven shards, every SAM-family member, rho 0
-//!   against plain data parallelism, f16 with loss scaling and an overflow on one rank; with
-//!   N = 3 the ranks hold 1, 2 and 1 replicas. Rank 1 starts from other weights: rank 0's
-//!   are sent to it.
+//! - `ranks` (N = 2, 3 or 4): each rank's replicas against one process holding every replica
+//!   of the job, bitwise: Synced and Local on uneven shards, every SAM-family member; with
+//!   N = 3 the ranks hold 1, 2 and 1 replicas (from 3 ranks on, a wrong order of additions
+//!   shows: two terms add the same either way). Rank 1 starts from other weights: rank 0's are
+//!   sent to it. The bytes each rank sends per gradient exchange, against a ring all-reduce's
+//!   2 (N - 1) / N of a gradient. With N = 2 also: the weights of every pass, rho
+//!   0 against plain data parallelism, f16 with loss scaling and an overflow on one rank.
 //! - `mismatch` (N = 2): rank 1 accumulates 2 batches per step, rank 0 one: must fail on
 //!   every rank with the difference named.
 //! - `die DIR` (N = 2): checkpoints into DIR, and rank 1 aborts in the middle of epoch 2: the
@@ -27,7 +29,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
 use burn::lr_scheduler::LrScheduler;
-use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
@@ -152,22 +154,20 @@ fn ranks_equal_one_process(ranks: &Ranks) {
             .with_variant(variant)
             .init(dp::sgd::<B>(true))
     };
-    // Windows of 3 batches: every replica's window is short (2 batches per epoch).
+    // Windows of 3 batches: every replica's window is short (2 batches per epoch with 2 ranks).
     let mut cases = vec![
         (SamVariant::Sam, (Ascent::Synced, 1)),
         (SamVariant::Sam, (Ascent::Local, 1)),
         (SamVariant::Sam, (Ascent::Synced, 3)),
     ];
-    if ranks.size() == 2 {
-        // LookSAM every second step: full and one-pass steps both cross the ranks.
-        for variant in [
-            SamVariant::gsam(),
-            SamVariant::LookSam { k: 2, alpha: 0.7 },
-            SamVariant::friendly_sam(),
-            SamVariant::momentum_sam(),
-        ] {
-            cases.push((variant, (Ascent::Synced, 1)));
-        }
+    // LookSAM every second step: full and one-pass steps both cross the ranks.
+    for variant in [
+        SamVariant::gsam(),
+        SamVariant::LookSam { k: 2, alpha: 0.7 },
+        SamVariant::friendly_sam(),
+        SamVariant::momentum_sam(),
+    ] {
+        cases.push((variant, (Ascent::Synced, 1)));
     }
     for (variant, setup) in cases {
         let name = variant.name();
@@ -191,6 +191,7 @@ fn ranks_equal_one_process(ranks: &Ranks) {
             "{name} {ascent:?}: not bitwise one process's"
         );
     }
+    bytes_per_exchange(ranks);
     if ranks.size() != 2 {
         return;
     }
@@ -233,6 +234,65 @@ fn ranks_equal_one_process(ranks: &Ranks) {
         );
     }
     f16_overflow_on_one_rank(ranks);
+}
+
+/// One epoch of SAM (`Synced`: 2 gradient exchanges per step), one replica per rank, every
+/// rank with data at every step. Per exchange a rank sends its replica's pieces of the other
+/// ranks' shards and its summed shard to every other rank: with P the f32 gradient's bytes,
+/// (1 - 1/N) P + (N - 1) P / N, about 2 (N - 1) / N P; never more than the (N - 1) P of an
+/// all-gather of the gradients. Each message has a header of at most 9 bytes and 10 per piece.
+fn bytes_per_exchange(ranks: &Ranks) {
+    struct Tensors(usize);
+    impl ModuleVisitor<B> for Tensors {
+        fn visit_float<const D: usize>(&mut self, _: &Param<Tensor<B, D>>) {
+            self.0 += 1;
+        }
+    }
+    let (n, rank) = (ranks.size(), ranks.rank());
+    let mut tensors = Tensors(0);
+    model().visit(&mut tensors);
+    // 12 batches of 2: every rank has 12 / N steps, with data at each.
+    let examples: Vec<_> = dp::examples().into_iter().take(24).collect();
+    let optim = dp::sam::<B>(0.05);
+    let strategy = SamTraining::data_parallel(vec![device()], &optim, Ascent::Synced)
+        .unwrap()
+        .with_items(ClassBatch::len)
+        .across_ranks(ranks);
+    let traffic = strategy.traffic();
+    let learner = Learner::new(model(), optim, 0.1);
+    dp::run(
+        &scratch("bytes"),
+        dp::loader(examples, 2),
+        1,
+        learner,
+        strategy,
+        None,
+    );
+    assert_eq!(traffic.exchanges() as usize, 2 * 12 / n);
+
+    let elements = model().num_params();
+    let owned = elements * (rank + 1) / n - elements * rank / n;
+    let payload = 4 * (elements - owned) + 4 * (n - 1) * owned;
+    // Pieces: the other ranks' shards cut the T tensors in at most T + N - 1; this rank's shard
+    // goes to N - 1 ranks in at most T.
+    let (t, messages) = (tensors.0, 2 * (n - 1));
+    let header = 9 * messages + 10 * (t + n - 1) + 10 * (n - 1) * t;
+    let sent = traffic.rank_bytes() as usize / traffic.exchanges() as usize;
+    let all_gather = 4 * (n - 1) * elements;
+    println!(
+        "rank {rank} of {n}: {sent} bytes per exchange, {payload} of them gradients; a ring \
+         all-reduce {:.0}, an all-gather of the gradients {all_gather}",
+        2.0 * (n - 1) as f64 / n as f64 * (4 * elements) as f64
+    );
+    assert!(
+        (payload..=payload + header).contains(&sent),
+        "rank {rank} of {n}: {sent} bytes per exchange, {payload} of gradients and at most \
+         {header} of headers expected"
+    );
+    assert!(
+        sent <= all_gather + header,
+        "{n} ranks: more than an all-gather"
+    );
 }
 
 mod watched {

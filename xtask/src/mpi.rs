@@ -90,7 +90,7 @@ fn mpirun(ranks: usize, program: &PathBuf, args: &[&str]) -> (bool, String, Dura
 pub fn test_mpi() {
     require();
     let program = build();
-    for ranks in [2, 3] {
+    for ranks in [2, 3, 4] {
         let (ok, output, time) = mpirun(ranks, &program, &["ranks"]);
         eprintln!("{output}");
         if !ok {

@@ -26,8 +26,8 @@
 //!
 //! Across the processes of an MPI job (cargo feature `mpi`, [`SamTraining::across_ranks`]):
 //! each rank runs its own replicas, the loader is split into one part per replica of the job,
-//! and each step every rank all-gathers the replicas' gradients and sums them in rank order,
-//! so every rank holds bitwise the weights one process with all the replicas would. Rank 0
+//! and each gradient exchange is a reduce-scatter in replica order and an all-gather, so every
+//! rank holds bitwise the weights one process with all the replicas would. Rank 0
 //! alone validates, reports metrics and writes checkpoints.
 //!
 //! Loss scaling (f16 models): wrap the optimizer with loss scaling ([`SamConfig::loss_scaling`]
@@ -52,6 +52,7 @@ mod peers;
 #[cfg(feature = "mpi")]
 mod ranks;
 mod replicas;
+mod scatter;
 mod transfer;
 mod wire;
 
@@ -225,7 +226,9 @@ where
     /// Spans the MPI ranks of the job (cargo feature `mpi`): every rank runs this strategy
     /// with its own replicas (one device or several), the data loader is split into one part
     /// per replica of the whole job, and each step combines all ranks' replicas' gradients as
-    /// one process with all of them would, bitwise. Rank 0's weights are sent to every rank at
+    /// one process with all of them would, bitwise: a reduce-scatter in replica order and an
+    /// all-gather, about 2 (N - 1) / N of a gradient sent by each rank per exchange (a ring
+    /// all-reduce's bytes; [`Traffic::rank_bytes`] counts them). Rank 0's weights are sent to every rank at
     /// start; rank 0 alone validates, reports metrics and writes checkpoints (its artifact
     /// directory must be readable by every rank to resume). Ranks started with a different
     /// model, window, ascent, SAM configuration or epochs are refused at start, on every rank.
@@ -456,6 +459,7 @@ where
         let overflows = self.link.loss_scale().overflows();
         let traffic = self.replicas.traffic();
         let (bytes, steps) = (traffic.bytes(), traffic.steps());
+        let (rank_bytes, exchanges) = (traffic.rank_bytes(), traffic.exchanges());
         let root = self.replicas.peers().is_root();
         let mut iterators: Vec<_> = loaders.iter().map(|loader| loader.iter()).collect();
         let mut iteration = 0;
@@ -502,6 +506,13 @@ where
             facts.push(format!(
                 "{:.0} bytes sent between devices and ranks per step ({steps} steps)",
                 (traffic.bytes() - bytes) as f64 / steps.max(1) as f64
+            ));
+        }
+        if self.replicas.peers().size() > 1 {
+            let exchanges = traffic.exchanges() - exchanges;
+            facts.push(format!(
+                "{:.0} bytes sent to the other ranks per gradient exchange ({exchanges} exchanges)",
+                (traffic.rank_bytes() - rank_bytes) as f64 / exchanges.max(1) as f64
             ));
         }
         if root {

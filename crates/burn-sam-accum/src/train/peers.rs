@@ -1,7 +1,7 @@
 //! The processes one training run spans: this one alone, or the MPI ranks of a job (cargo
 //! feature `mpi`). Everything that crosses processes goes through [`Peers::all_gather`] (every
-//! rank's bytes, in rank order) or [`Peers::broadcast`] (rank 0's), so one process is the
-//! one-rank case of the same code.
+//! rank's bytes, in rank order), [`Peers::all_to_all`] (bytes for each rank) or
+//! [`Peers::broadcast`] (rank 0's), so one process is the one-rank case of the same code.
 
 #[cfg(feature = "mpi")]
 use super::ranks::Ranks;
@@ -56,6 +56,16 @@ impl Peers {
             return ranks.all_gather(&mine);
         }
         vec![mine]
+    }
+
+    /// What each process sent this one, in rank order, where `to_each[r]` goes to rank `r`.
+    pub fn all_to_all(&self, to_each: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        assert_eq!(to_each.len(), self.size(), "one message per rank");
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = self.ranks.as_ref().filter(|ranks| ranks.size() > 1) {
+            return ranks.all_to_all(&to_each);
+        }
+        to_each
     }
 
     /// Rank 0's `bytes` on every process.
@@ -183,6 +193,7 @@ mod tests {
         let peers = Peers::default();
         assert_eq!((peers.rank(), peers.size()), (0, 1));
         assert_eq!(peers.all_gather(vec![1, 2]), vec![vec![1, 2]]);
+        assert_eq!(peers.all_to_all(vec![vec![4]]), vec![vec![4]]);
         assert_eq!(peers.broadcast(vec![3]), vec![3]);
         assert!(peers.broadcast_flag(true) && !peers.broadcast_flag(false));
         let layout = peers.handshake(3, &[("window", "2".into())]);

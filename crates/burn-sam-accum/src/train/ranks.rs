@@ -1,11 +1,11 @@
 //! MPI ranks (cargo feature `mpi`): the processes one [`SamTraining`](super::SamTraining)
-//! spans, launched by `mpirun -np N` or Slurm's `srun`, and the two collectives it uses,
-//! both called from the training thread only.
+//! spans, launched by `mpirun -np N` or Slurm's `srun`, and the collectives it uses (all-gather,
+//! all-to-all, broadcast), all called from the training thread only.
 
 use std::fmt;
 use std::sync::Arc;
 
-use mpi::datatype::PartitionMut;
+use mpi::datatype::{Partition, PartitionMut};
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
@@ -109,36 +109,40 @@ impl Ranks {
     /// Every rank's `mine`, in rank order.
     pub(super) fn all_gather(&self, mine: &[u8]) -> Vec<Vec<u8>> {
         let world = self.universe.world();
-        let len = Count::try_from(mine.len()).unwrap_or_else(|_| {
+        let mut lens = vec![0 as Count; self.size];
+        world.all_gather_into(&self.count(mine.len()), &mut lens[..]);
+        let mut received = vec![0u8; total(&lens)];
+        let mut partition = PartitionMut::new(&mut received[..], &lens[..], displacements(&lens));
+        world.all_gather_varcount_into(mine, &mut partition);
+        split(&received, &lens)
+    }
+
+    /// What each rank sent this one, in rank order, where `to_each[r]` goes to rank `r`.
+    pub(super) fn all_to_all(&self, to_each: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let world = self.universe.world();
+        let sent_lens: Vec<Count> = to_each
+            .iter()
+            .map(|bytes| self.count(bytes.len()))
+            .collect();
+        let mut lens = vec![0 as Count; self.size];
+        world.all_to_all_into(&sent_lens[..], &mut lens[..]);
+        let sent = to_each.concat();
+        let sent = Partition::new(&sent[..], &sent_lens[..], displacements(&sent_lens));
+        let mut received = vec![0u8; total(&lens)];
+        let mut partition = PartitionMut::new(&mut received[..], &lens[..], displacements(&lens));
+        world.all_to_all_varcount_into(&sent, &mut partition);
+        split(&received, &lens)
+    }
+
+    /// `len` bytes as an MPI count.
+    fn count(&self, len: usize) -> Count {
+        Count::try_from(len).unwrap_or_else(|_| {
             panic!(
-                "rank {}: {} bytes to send in one collective, MPI counts at most {}",
+                "rank {}: {len} bytes to send in one collective, MPI counts at most {}",
                 self.rank,
-                mine.len(),
                 Count::MAX
             )
-        });
-        let mut lens = vec![0 as Count; self.size];
-        world.all_gather_into(&len, &mut lens[..]);
-        let displs: Vec<Count> = lens
-            .iter()
-            .scan(0, |offset, &len| {
-                let start = *offset;
-                *offset += len;
-                Some(start)
-            })
-            .collect();
-        let total = lens.iter().map(|&len| len as usize).sum();
-        let mut received = vec![0u8; total];
-        let mut partition = PartitionMut::new(&mut received[..], &lens[..], &displs[..]);
-        world.all_gather_varcount_into(mine, &mut partition);
-        let mut rest = received.as_slice();
-        lens.iter()
-            .map(|&len| {
-                let (part, tail) = rest.split_at(len as usize);
-                rest = tail;
-                part.to_vec()
-            })
-            .collect()
+        })
     }
 
     /// Rank 0's `bytes`, on every rank (the others' `bytes` are ignored).
@@ -154,6 +158,33 @@ impl Ranks {
         root.broadcast_into(&mut buffer[..]);
         buffer
     }
+}
+
+/// Where each rank's part starts in a buffer of all parts, in rank order.
+fn displacements(lens: &[Count]) -> Vec<Count> {
+    lens.iter()
+        .scan(0, |offset, &len| {
+            let start = *offset;
+            *offset += len;
+            Some(start)
+        })
+        .collect()
+}
+
+fn total(lens: &[Count]) -> usize {
+    lens.iter().map(|&len| len as usize).sum()
+}
+
+/// `received`, the parts of `lens` in order, split.
+fn split(received: &[u8], lens: &[Count]) -> Vec<Vec<u8>> {
+    let mut rest = received;
+    lens.iter()
+        .map(|&len| {
+            let (part, tail) = rest.split_at(len as usize);
+            rest = tail;
+            part.to_vec()
+        })
+        .collect()
 }
 
 /// A panic anywhere prints as usual, then names the rank and aborts the job: the other ranks

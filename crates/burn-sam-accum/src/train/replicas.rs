@@ -16,22 +16,24 @@ use burn_sam::strategy::{map_grads, perturb, transfers_through_host, GradMap};
 use burn_sam::SamConfig;
 
 use super::pass_scale::with_pass_scale;
-use super::peers::{Peers, Reader, Writer};
+use super::peers::Peers;
+use super::scatter::exchange;
 use super::transfer::{fork_to, grads_to};
-use super::wire::{read_grads, write_grads};
 use crate::grad_sum::{Summed, WeightedSum};
 
 /// Bytes this process sent: between its replicas' devices (the model or the perturbed model
-/// out to each replica but the main one, their gradients back) and, across MPI ranks, its
-/// replicas' gradients to each other rank; counted as they are sent, with the optimizer steps
-/// they served. The same devices listed twice (CPU tests) count the bytes a transfer between
-/// distinct devices would move.
+/// out to each replica but the main one, their gradients back) and, across MPI ranks, in each
+/// gradient exchange (its replicas' pieces of the other ranks' shards, then its summed shard
+/// to every other rank); counted as they are sent, with the optimizer steps they served. The
+/// same devices listed twice (CPU tests) count the bytes a transfer between distinct devices
+/// would move.
 ///
 /// ```
 /// use burn_sam_accum::train::Traffic;
 ///
 /// let traffic = Traffic::default();
 /// assert_eq!((traffic.bytes(), traffic.steps(), traffic.bytes_per_step()), (0, 0, 0.0));
+/// assert_eq!((traffic.rank_bytes(), traffic.exchanges()), (0, 0));
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Traffic(Arc<Counts>);
@@ -40,6 +42,8 @@ pub struct Traffic(Arc<Counts>);
 struct Counts {
     bytes: AtomicU64,
     steps: AtomicU64,
+    rank_bytes: AtomicU64,
+    exchanges: AtomicU64,
 }
 
 impl Traffic {
@@ -59,6 +63,22 @@ impl Traffic {
             0 => 0.0,
             steps => self.bytes() as f64 / steps as f64,
         }
+    }
+
+    /// Of [`bytes`](Self::bytes), those sent to other MPI ranks.
+    pub fn rank_bytes(&self) -> u64 {
+        self.0.rank_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Gradient exchanges across MPI ranks (`Ascent::Synced`: one per pass).
+    pub fn exchanges(&self) -> u64 {
+        self.0.exchanges.load(Ordering::Relaxed)
+    }
+
+    fn exchange(&self, bytes: u64) {
+        self.send(bytes);
+        self.0.rank_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.0.exchanges.fetch_add(1, Ordering::Relaxed);
     }
 
     fn send(&self, bytes: u64) {
@@ -181,12 +201,7 @@ impl<B: AutodiffBackend> Replicas<B> {
         }
         // Summed in replica order: the result does not depend on which thread, or which rank,
         // finished first.
-        let mut sum = WeightedSum::default();
-        for summed in self.exchange(model, local) {
-            sum.add_summed(model, summed)
-                .unwrap_or_else(|error| panic!("{error}"));
-        }
-        let Summed { grads, as_came } = sum.finish();
+        let Summed { grads, as_came } = self.combine(model, local);
         Combined {
             grads,
             as_came,
@@ -194,33 +209,22 @@ impl<B: AutodiffBackend> Replicas<B> {
         }
     }
 
-    /// Every rank's replicas' gradients, in rank order, this rank's `local` among them: each
-    /// rank sends its own to every other (an all-gather) rather than reducing in the network,
-    /// whose order of additions MPI does not fix.
-    fn exchange<M: AutodiffModule<B>>(&self, model: &M, local: Vec<Summed>) -> Vec<Summed> {
-        if self.peers.size() == 1 {
-            return local;
+    /// The sum of every rank's replicas' gradients in global replica order, this rank's
+    /// `local` among them: added here in one process, across ranks by a reduce-scatter in
+    /// replica order ([`scatter`](super::scatter)), not in the network, whose order of
+    /// additions MPI does not fix.
+    fn combine<M: AutodiffModule<B>>(&self, model: &M, local: Vec<Summed>) -> Summed {
+        if self.peers.size() > 1 {
+            let (sum, sent) = exchange(&self.peers, model, local, self.main());
+            self.traffic.exchange(sent);
+            return sum;
         }
-        let mut mine = Writer::default();
-        mine.u64(local.len() as u64);
-        for summed in &local {
-            write_grads(&mut mine, model, summed);
+        let mut sum = WeightedSum::default();
+        for summed in local {
+            sum.add_summed(model, summed)
+                .unwrap_or_else(|error| panic!("{error}"));
         }
-        self.traffic
-            .send((mine.0.len() * (self.peers.size() - 1)) as u64);
-        let mut local = Some(local);
-        let mut all = Vec::new();
-        for (rank, bytes) in self.peers.all_gather(mine.0).iter().enumerate() {
-            if rank == self.peers.rank() {
-                all.extend(local.take().into_iter().flatten());
-                continue;
-            }
-            let mut reader = Reader::new(bytes);
-            for _ in 0..reader.u64() {
-                all.push(read_grads(&mut reader, model, self.main()));
-            }
-        }
-        all
+        sum.finish()
     }
 
     /// The model on replica `index`'s device, counted as sent unless that is the main one.

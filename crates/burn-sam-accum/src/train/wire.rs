@@ -8,84 +8,72 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use super::peers::{Reader, Writer};
-use crate::grad_sum::Summed;
 
 const DTYPES: [DType; 4] = [DType::F64, DType::F32, DType::F16, DType::BF16];
 
-fn write_data(writer: &mut Writer, data: TensorData) {
+/// Float values of `dtype`, as their bytes.
+pub(super) fn write_data(writer: &mut Writer, dtype: DType, bytes: &[u8]) {
     let tag = DTYPES
         .iter()
-        .position(|dtype| *dtype == data.dtype)
-        .unwrap_or_else(|| panic!("a float tensor of {:?}: not a float type", data.dtype));
+        .position(|float| *float == dtype)
+        .unwrap_or_else(|| panic!("a float tensor of {dtype:?}: not a float type"));
     writer.u8(tag as u8);
-    writer.bytes(data.as_bytes());
+    writer.bytes(bytes);
 }
 
-fn read_data(reader: &mut Reader<'_>, shape: Vec<usize>) -> TensorData {
+/// What [`write_data`] wrote, as a tensor of `shape`.
+pub(super) fn read_data(reader: &mut Reader<'_>, shape: Vec<usize>) -> TensorData {
     let dtype = DTYPES[reader.u8() as usize];
     TensorData::from_bytes_vec(reader.bytes().to_vec(), shape, dtype)
 }
 
-/// `summed` (gradients of `model`'s parameters) into `writer`.
-pub(super) fn write_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
-    writer: &mut Writer,
+/// `grads` (of `model`'s parameters) on the host, parameter by parameter in the module's
+/// order, `None` for a parameter without one.
+pub(super) fn grads_to_host<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
-    summed: &Summed,
-) {
-    struct Write<'a> {
-        writer: &'a mut Writer,
-        grads: &'a GradientsParams,
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Write<'_> {
+    mut grads: GradientsParams,
+) -> Vec<Option<TensorData>> {
+    struct Read<'a>(&'a mut GradientsParams, Vec<Option<TensorData>>);
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Read<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            match self.grads.get::<B::InnerBackend, D>(param.id) {
-                Some(grad) => {
-                    self.writer.u8(1);
-                    write_data(self.writer, grad.into_data());
-                }
-                None => self.writer.u8(0),
-            }
+            let grad = self.0.remove::<B::InnerBackend, D>(param.id);
+            self.1.push(grad.map(Tensor::into_data));
         }
     }
-    writer.u8(summed.as_came as u8);
-    model.visit(&mut Write {
-        writer,
-        grads: &summed.grads,
-    });
+    let mut read = Read(&mut grads, Vec::new());
+    model.visit(&mut read);
+    read.1
 }
 
-/// What [`write_grads`] wrote, on `device`.
-pub(super) fn read_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
-    reader: &mut Reader<'_>,
+/// Gradients of `model`'s parameters on `device` from `(dtype, bytes)`, one per parameter in
+/// the module's order (as [`grads_to_host`] lists them).
+pub(super) fn grads_from_host<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
+    host: Vec<Option<(DType, Vec<u8>)>>,
     device: &Device<B>,
-) -> Summed {
-    struct Read<'a, 'b, B: Backend> {
-        reader: &'a mut Reader<'b>,
+) -> GradientsParams {
+    struct Write<'a, B: Backend> {
+        host: std::vec::IntoIter<Option<(DType, Vec<u8>)>>,
         grads: GradientsParams,
         device: &'a Device<B>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Read<'_, '_, B::InnerBackend> {
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Write<'_, B::InnerBackend> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if self.reader.u8() == 1 {
-                let data = read_data(self.reader, param.shape().dims::<D>().to_vec());
-                let dtype = data.dtype;
-                let grad = Tensor::<B::InnerBackend, D>::from_data(data, (self.device, dtype));
-                self.grads.register::<B::InnerBackend, D>(param.id, grad);
-            }
+            let Some((dtype, bytes)) = self.host.next().flatten() else {
+                return;
+            };
+            let data = TensorData::from_bytes_vec(bytes, param.shape().dims::<D>().to_vec(), dtype);
+            let grad = Tensor::<B::InnerBackend, D>::from_data(data, (self.device, dtype));
+            self.grads.register::<B::InnerBackend, D>(param.id, grad);
         }
     }
-    let as_came = reader.u8() == 1;
-    let mut read = Read {
-        reader,
+    let mut write = Write {
+        host: host.into_iter(),
         grads: GradientsParams::new(),
         device,
     };
-    model.visit(&mut read);
-    Summed {
-        grads: read.grads,
-        as_came,
-    }
+    model.visit(&mut write);
+    write.grads
 }
 
 /// The module's float parameters as bytes.
@@ -93,7 +81,8 @@ pub(super) fn write_weights<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M)
     struct Write(Writer);
     impl<B: AutodiffBackend> ModuleVisitor<B> for Write {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            write_data(&mut self.0, param.val().into_data());
+            let data = param.val().into_data();
+            write_data(&mut self.0, data.dtype, data.as_bytes());
         }
     }
     let mut write = Write(Writer::default());
