@@ -6,12 +6,12 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::diagnostics::read_back;
 use crate::error::SamError;
 use crate::float::widen;
-use crate::quirks::squared_norm_by_matmul;
+use crate::quirks::{norm_by_concatenation, squared_norm_by_matmul};
 
 /// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
 /// `a^2 * g`.
@@ -37,6 +37,65 @@ pub(crate) fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tenso
     let row = x.reshape([1, n]);
     let column = row.clone().reshape([n, 1]);
     row.matmul(column).reshape([1])
+}
+
+/// `sum_i ||x_i||^2` over tensors of any shape, in the widened float type ([`widen`]), as a
+/// device scalar: a reduction per tensor summed, or, where [`norm_by_concatenation`] says so,
+/// one reduction over all of them flattened and concatenated (in their own type, widened once).
+/// Every global norm of the crate is one of these.
+#[derive(Default)]
+pub(crate) enum SquaresSum<B: Backend> {
+    #[default]
+    Empty,
+    Summed(Tensor<B, 1>),
+    Flat(Vec<Tensor<B, 1>>),
+}
+
+impl<B: Backend> SquaresSum<B> {
+    pub fn add<const D: usize>(&mut self, x: Tensor<B, D>) {
+        *self = match std::mem::take(self) {
+            Self::Empty if norm_by_concatenation::<B>(&x.device()) => Self::Flat(vec![flat(x)]),
+            Self::Empty => Self::Summed(squared_norm(widen(x))),
+            Self::Summed(sum) => {
+                let squares = squared_norm(widen(x));
+                let dtype = sum.dtype();
+                Self::Summed(sum + squares.cast(dtype))
+            }
+            Self::Flat(mut all) => {
+                all.push(flat(x));
+                Self::Flat(all)
+            }
+        };
+    }
+
+    /// The sum, `None` when nothing was added.
+    pub fn finish(self) -> Option<Tensor<B, 1>> {
+        match self {
+            Self::Empty => None,
+            Self::Summed(sum) => Some(sum),
+            Self::Flat(all) => {
+                let dtype = all[0].dtype();
+                let all = match all.iter().all(|x| x.dtype() == dtype) {
+                    true => widen(Tensor::cat(all, 0)),
+                    false => {
+                        let f64 = all.iter().any(|x| x.dtype() == DType::F64);
+                        let wide = if f64 {
+                            FloatDType::F64
+                        } else {
+                            FloatDType::F32
+                        };
+                        Tensor::cat(all.into_iter().map(|x| x.cast(wide)).collect(), 0)
+                    }
+                };
+                Some(squared_norm(all))
+            }
+        }
+    }
+}
+
+fn flat<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
+    let n = x.shape().num_elements();
+    x.reshape([n])
 }
 
 /// The global L2 norm of `grads`, `sqrt(sum_p ||g_p||^2)`, computed in f32 (f64 for f64
@@ -78,7 +137,7 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
         grads,
         eta,
         picked,
-        sum: None,
+        sum: SquaresSum::default(),
         matched: 0,
     };
     module.visit(&mut visitor);
@@ -88,7 +147,7 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
             matched: visitor.matched,
         });
     }
-    let norm = visitor.sum.map_or(0.0, |sum| {
+    let norm = visitor.sum.finish().map_or(0.0, |sum| {
         let value = read_back(sum).iter::<f64>().next();
         value.unwrap_or(f64::NAN).sqrt()
     });
@@ -99,7 +158,7 @@ struct SquaredNorm<'a, B: AutodiffBackend> {
     grads: &'a GradientsParams,
     eta: Option<f64>,
     picked: Option<&'a HashSet<ParamId>>,
-    sum: Option<Tensor<B::InnerBackend, 1>>,
+    sum: SquaresSum<B::InnerBackend>,
     matched: usize,
 }
 
@@ -109,20 +168,16 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
             return;
         };
         self.matched += 1;
-        let squares = if self.picked.is_none_or(|picked| picked.contains(&param.id)) {
-            squared_norm(weighted(param.val().inner(), widen(grad), self.eta, 1))
-        } else {
+        match self.picked.is_none_or(|picked| picked.contains(&param.id)) {
+            // Widened by the sum: once for all tensors where it concatenates them.
+            true if self.eta.is_none() => self.sum.add(grad),
+            true => self
+                .sum
+                .add(weighted(param.val().inner(), widen(grad), self.eta, 1)),
             // 0 for finite gradients, NaN for any inf or NaN: left out of the norm, still
             // checked by it.
-            widen(grad).sum().mul_scalar(0.0)
-        };
-        self.sum = Some(match self.sum.take() {
-            Some(sum) => {
-                let dtype = sum.dtype();
-                sum + squares.cast(dtype)
-            }
-            None => squares,
-        });
+            false => self.sum.add(widen(grad).sum().mul_scalar(0.0)),
+        }
     }
 }
 

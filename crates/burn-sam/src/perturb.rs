@@ -12,7 +12,7 @@ use crate::config::SamConfig;
 use crate::error::StepError;
 use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
-use crate::norm::{squared_norm, unscaled_norm, weighted};
+use crate::norm::{unscaled_norm, weighted, SquaresSum};
 use crate::or_hand_back;
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
@@ -133,26 +133,21 @@ where
 {
     struct SquaredNorm<'a, B: Backend> {
         momentum: &'a ParamState<f64>,
-        sum: Option<Tensor<B, 1>>,
+        sum: SquaresSum<B>,
     }
     impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) else {
-                return;
-            };
-            let squares = squared_norm(v);
-            self.sum = Some(match self.sum.take() {
-                Some(sum) => sum + squares,
-                None => squares,
-            });
+            if let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) {
+                self.sum.add(v);
+            }
         }
     }
     let mut norm = SquaredNorm::<B::InnerBackend> {
         momentum,
-        sum: None,
+        sum: SquaresSum::default(),
     };
     module.visit(&mut norm);
-    let Some(squares) = norm.sum else {
+    let Some(squares) = norm.sum.finish() else {
         return (module, None);
     };
     let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(rho);
