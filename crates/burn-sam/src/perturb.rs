@@ -150,7 +150,9 @@ where
     let Some(squares) = norm.sum.finish() else {
         return (module, None);
     };
-    let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(rho);
+    // Negative: `w + (-s v)` is bitwise `w - s v`, with the new buffer on the left, where
+    // backends add in place (NdArray and Flex subtract from a shared `w` more slowly).
+    let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(-rho);
     let mut look_ahead = LookAhead {
         momentum,
         scale,
@@ -172,6 +174,7 @@ fn momentum_of<B: Backend, const D: usize>(
 
 struct LookAhead<'a, B: Backend> {
     momentum: &'a ParamState<f64>,
+    /// `-rho / (||v|| + 1e-12)`.
     scale: Tensor<B, 1>,
     snapshot: ParamMap,
 }
@@ -187,7 +190,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
         let dtype = weight.dtype();
         self.snapshot.insert(id, tensor);
         let step = v * self.scale.clone().reshape([1; D]);
-        let moved = (widen(weight) - step).cast(dtype);
+        let moved = (step + widen(weight)).cast(dtype);
         Param::from_mapped_value(id, tracked(Tensor::from_inner(moved), require_grad), mapper)
     }
 }
