@@ -228,10 +228,11 @@ where
     /// per replica of the whole job, and each step combines all ranks' replicas' gradients as
     /// one process with all of them would, bitwise: a reduce-scatter in replica order and an
     /// all-gather, about 2 (N - 1) / N of a gradient sent by each rank per exchange (a ring
-    /// all-reduce's bytes; [`Traffic::rank_bytes`] counts them). Rank 0's weights are sent to every rank at
-    /// start; rank 0 alone validates, reports metrics and writes checkpoints (its artifact
-    /// directory must be readable by every rank to resume). Ranks started with a different
-    /// model, window, ascent, SAM configuration or epochs are refused at start, on every rank.
+    /// all-reduce's bytes; [`Traffic::rank_bytes`] counts them). Rank 0's weights are sent to
+    /// every rank at start; rank 0 alone validates, reports metrics and writes checkpoints (its
+    /// artifact directory must be readable by every rank to resume). Ranks started with a
+    /// different model, window, ascent, SAM configuration or epochs are refused at start, on
+    /// every rank.
     ///
     /// ```no_run
     /// # use burn::train::{LearningComponentsTypes, TrainingStrategy};
