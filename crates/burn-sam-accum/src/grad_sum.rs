@@ -1,11 +1,11 @@
 //! The weighted sum of micro-batch gradients, by parameter: what accumulation and the
 //! replicas of data-parallel training both step with.
 
-use burn::module::{AutodiffModule, ParamId};
+use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Tensor};
-use burn_sam::strategy::{map_grads, widen, GradMap};
+use burn::tensor::Tensor;
+use burn_sam::strategy::{map_grads, widen, GradMap, ParamGrad};
 use burn_sam::SamError;
 
 /// `sum_i w_i g_i` over gradients added one at a time, in f32 (f64 for f64 gradients). A sum
@@ -107,12 +107,10 @@ struct AddTo<'a> {
 }
 
 impl<B: Backend> GradMap<B> for AddTo<'_> {
-    fn map<const D: usize>(
-        &mut self,
-        id: ParamId,
-        _: DType,
-        grad: Tensor<B, D>,
-    ) -> Option<Tensor<B, D>> {
+    fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+        let ParamGrad {
+            id, tensor: grad, ..
+        } = param;
         let mut grad = widen(grad);
         if self.weight != 1.0 {
             grad = grad.mul_scalar(self.weight);
@@ -131,7 +129,7 @@ impl<B: Backend> GradMap<B> for AddTo<'_> {
 mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::nn::{Linear, LinearConfig};
-    use burn::tensor::FloatDType;
+    use burn::tensor::{DType, FloatDType};
 
     use super::*;
 

@@ -6,7 +6,6 @@ use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::error::{SamError, StepError};
 use crate::float::tracked;
-use crate::or_hand_back;
 
 /// Casts every float tensor of `module` to `dtype`, keeping parameter ids and
 /// `require_grad` flags: how to train in f16 on a device whose default float type is f32.

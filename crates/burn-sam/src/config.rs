@@ -1,8 +1,6 @@
 use burn::config::Config;
 
 use crate::error::ConfigError;
-use crate::precision::MixedPrecision;
-use crate::sam::Sam;
 use crate::scaler::LossScalerConfig;
 use crate::variant::{RhoSchedule, SamVariant};
 
@@ -65,41 +63,6 @@ pub struct SamConfig {
 }
 
 impl SamConfig {
-    /// Wraps `base` into a [`Sam`] optimizer.
-    ///
-    /// # Panics
-    /// When the configuration is invalid, with the message of [`SamConfig::validate`];
-    /// [`SamConfig::try_init`] returns it instead.
-    #[track_caller]
-    pub fn init<O>(&self, base: O) -> Sam<O> {
-        // `panic!` in this body, not in a closure, so that `track_caller` names the caller.
-        match self.try_init(base) {
-            Ok(sam) => sam,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// Wraps `base` into a [`Sam`] optimizer, or says which field is invalid.
-    ///
-    /// ```
-    /// use burn_sam::{LossScalerConfig, SamConfig};
-    ///
-    /// let scaling = LossScalerConfig::new().with_init_scale(0.0);
-    /// let error = SamConfig::new().with_loss_scaling(Some(scaling)).try_init(()).unwrap_err();
-    /// assert_eq!(error.config, "LossScalerConfig");
-    /// assert_eq!(error.field, "init_scale");
-    /// ```
-    pub fn try_init<O>(&self, base: O) -> Result<Sam<O>, ConfigError> {
-        self.validate()?;
-        let scaler = self
-            .loss_scaling
-            .as_ref()
-            .map(LossScalerConfig::try_init)
-            .transpose()?;
-        let precision = MixedPrecision::new(scaler, self.master_weights);
-        Ok(Sam::new(self.clone(), base, precision))
-    }
-
     /// The radius at learning rate `lr`: `rho`, or what [`SamConfig::rho_schedule`] gives.
     pub fn rho_at(&self, lr: f64) -> f64 {
         match &self.rho_schedule {

@@ -12,15 +12,15 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::Tensor;
 
 use crate::error::SamError;
 use crate::float::widen;
-use crate::grad_map::{map_grads, GradMap};
+use crate::grad_map::{map_grads, GradMap, ParamGrad};
 use crate::norm::squared_norm;
 use crate::param_map::ParamMap;
+use crate::protocol::Passes;
 use crate::state::ParamState;
-use crate::strategy::Passes;
 use crate::variant::SamVariant;
 
 /// The member of the SAM family and its state: LookSAM's position in its cycle, and by
@@ -292,12 +292,10 @@ struct AscentRule<'a> {
 }
 
 impl<B: Backend> GradMap<B> for AscentRule<'_> {
-    fn map<const D: usize>(
-        &mut self,
-        id: ParamId,
-        _: DType,
-        grad: Tensor<B, D>,
-    ) -> Option<Tensor<B, D>> {
+    fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+        let ParamGrad {
+            id, tensor: grad, ..
+        } = param;
         let grad = widen(grad);
         if self.keep {
             self.ascent_grads.insert(id, grad.clone());
@@ -409,12 +407,10 @@ struct DescentMap<'a, B: Backend> {
 }
 
 impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
-    fn map<const D: usize>(
-        &mut self,
-        id: ParamId,
-        _: DType,
-        grad: Tensor<B, D>,
-    ) -> Option<Tensor<B, D>> {
+    fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+        let ParamGrad {
+            id, tensor: grad, ..
+        } = param;
         let grad = widen(grad);
         let ascent = self.ascent_grads.get::<Tensor<B, D>>(&id).cloned();
         let norm = |x: Tensor<B, D>| squared_norm(x).sqrt();

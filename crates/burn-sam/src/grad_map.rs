@@ -8,14 +8,19 @@ use burn::tensor::{DType, Tensor};
 /// A function of one parameter's gradient, generic over its rank (which a closure cannot be):
 /// what [`map_grads`] applies.
 pub trait GradMap<B: Backend> {
-    /// The gradient to keep for parameter `id`, whose value has float type `dtype`; `None`
-    /// drops it.
-    fn map<const D: usize>(
-        &mut self,
-        id: ParamId,
-        dtype: DType,
-        grad: Tensor<B, D>,
-    ) -> Option<Tensor<B, D>>;
+    /// The gradient to keep for `param`'s parameter; `None` drops it.
+    fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>>;
+}
+
+/// One parameter's gradient, as [`map_grads`] hands it to a [`GradMap`].
+#[derive(Debug)]
+pub struct ParamGrad<B: Backend, const D: usize> {
+    /// The parameter.
+    pub id: ParamId,
+    /// The float type of the parameter's value (its gradient may be wider).
+    pub dtype: DType,
+    /// The gradient.
+    pub tensor: Tensor<B, D>,
 }
 
 /// Applies `f` to every gradient in `grads` of a float parameter of `module`, in the module's
@@ -24,17 +29,16 @@ pub trait GradMap<B: Backend> {
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
-/// use burn::module::ParamId;
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::optim::GradientsParams;
 /// use burn::tensor::backend::Backend;
-/// use burn::tensor::{DType, Tensor};
-/// use burn_sam::strategy::{map_grads, GradMap};
+/// use burn::tensor::Tensor;
+/// use burn_sam::strategy::{map_grads, GradMap, ParamGrad};
 ///
 /// struct Double;
 /// impl<B: Backend> GradMap<B> for Double {
-///     fn map<const D: usize>(&mut self, _: ParamId, _: DType, grad: Tensor<B, D>) -> Option<Tensor<B, D>> {
-///         Some(grad.mul_scalar(2.0))
+///     fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+///         Some(param.tensor.mul_scalar(2.0))
 ///     }
 /// }
 ///
@@ -64,7 +68,13 @@ where
                 return;
             };
             self.matched += 1;
-            if let Some(grad) = self.f.map(param.id, param.val().dtype(), grad) {
+            let dtype = param.val().dtype();
+            let grad = ParamGrad {
+                id: param.id,
+                dtype,
+                tensor: grad,
+            };
+            if let Some(grad) = self.f.map(grad) {
                 self.mapped.register(param.id, grad);
             }
         }

@@ -9,9 +9,9 @@ use burn::tensor::Tensor;
 
 use crate::error::SamError;
 use crate::float::widen;
+use crate::protocol::{Handover, Passes};
 use crate::scaler::LossScaler;
 use crate::state::ParamState;
-use crate::strategy::{Handover, Passes};
 
 /// A shared view of an optimizer's loss scale and overflow count, and the way code that
 /// computes its gradients without holding it scales their loss. It follows every update and

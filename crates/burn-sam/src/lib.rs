@@ -35,10 +35,13 @@
 //! Training strategies and other code that runs the passes without holding the optimizer
 //! (burn-sam-accum) build on [`strategy`]: the step protocol and SAM's remaining phases.
 
+// First: its `or_hand_back!` is in scope in every module below.
+#[macro_use]
+mod error;
+
 mod cast;
 mod config;
 pub mod diagnostics;
-mod error;
 mod family;
 mod filter;
 mod float;
@@ -51,6 +54,7 @@ mod norm;
 mod param_map;
 mod perturb;
 mod precision;
+mod protocol;
 mod quirks;
 mod sam;
 mod scaler;

@@ -7,10 +7,9 @@ use burn::tensor::Tensor;
 use crate::error::{ConfigError, StepError};
 use crate::handle::LossScaleHandle;
 use crate::merge::merge_devices;
-use crate::or_hand_back;
 use crate::precision::{MixedPrecision, MixedPrecisionRecord, ScaledStepReport};
+use crate::protocol::check_handed_scale;
 use crate::scaler::LossScalerConfig;
-use crate::strategy::check_handed_scale;
 
 /// Configuration of [`LossScaled`]: loss scaling and f32 master weights for any Burn
 /// optimizer, without SAM.

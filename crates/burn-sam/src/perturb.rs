@@ -13,7 +13,6 @@ use crate::error::StepError;
 use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
 use crate::norm::{unscaled_norm, weighted, SquaresSum};
-use crate::or_hand_back;
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
 

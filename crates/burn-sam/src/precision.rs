@@ -15,7 +15,6 @@ use crate::error::{LossScaleError, SamError, StepError};
 use crate::float::{tracked, widen};
 use crate::handle::LossScaleHandle;
 use crate::norm::unscaled_norm;
-use crate::or_hand_back;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
 

@@ -61,17 +61,17 @@ use std::sync::Arc;
 use burn::config::Config;
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoaderIterator, Progress};
-use burn::module::{AutodiffModule, Module, ParamId};
+use burn::module::{AutodiffModule, Module};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend, DeviceOps};
-use burn::tensor::{DType, Device, Tensor};
+use burn::tensor::{Device, Tensor};
 use burn::train::{
     EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent,
     LearningComponentsTypes, SupervisedLearningStrategy, SupervisedTrainingEventProcessor,
     TrainLoader, TrainStep, TrainingComponents, TrainingItem, TrainingModel, TrainingStrategy,
     ValidLoader,
 };
-use burn_sam::strategy::{map_grads, GradMap, Handover, Passes, StepLink};
+use burn_sam::strategy::{map_grads, GradMap, Handover, ParamGrad, Passes, StepLink};
 use burn_sam::{ConfigError, SamConfig, SamError, SamVariant};
 
 pub use pass_scale::scale_loss;
@@ -580,13 +580,8 @@ fn cast_to_params<B: AutodiffBackend, M: AutodiffModule<B>>(
 ) -> GradientsParams {
     struct Cast;
     impl<B: Backend> GradMap<B> for Cast {
-        fn map<const D: usize>(
-            &mut self,
-            _: ParamId,
-            dtype: DType,
-            grad: Tensor<B, D>,
-        ) -> Option<Tensor<B, D>> {
-            Some(grad.cast(dtype))
+        fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+            Some(param.tensor.cast(param.dtype))
         }
     }
     map_grads(module, grads, &mut Cast).0

@@ -7,12 +7,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Device, Tensor};
+use burn::tensor::{Device, Tensor};
 use burn::train::{TrainOutput, TrainStep};
-use burn_sam::strategy::{map_grads, perturb, transfers_through_host, GradMap};
+use burn_sam::strategy::{map_grads, perturb, transfers_through_host, GradMap, ParamGrad};
 use burn_sam::SamConfig;
 
 use super::pass_scale::with_pass_scale;
@@ -324,12 +324,10 @@ fn shared_copy<B: AutodiffBackend, M: AutodiffModule<B>>(
 ) -> (GradientsParams, GradientsParams) {
     struct Share(GradientsParams);
     impl<B: Backend> GradMap<B> for Share {
-        fn map<const D: usize>(
-            &mut self,
-            id: ParamId,
-            _: DType,
-            grad: Tensor<B, D>,
-        ) -> Option<Tensor<B, D>> {
+        fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+            let ParamGrad {
+                id, tensor: grad, ..
+            } = param;
             self.0.register(id, grad.clone());
             Some(grad)
         }
@@ -359,14 +357,9 @@ fn grad_bytes<B: AutodiffBackend, M: AutodiffModule<B>>(
 ) -> (GradientsParams, u64) {
     struct Bytes(u64);
     impl<B: Backend> GradMap<B> for Bytes {
-        fn map<const D: usize>(
-            &mut self,
-            _: ParamId,
-            _: DType,
-            grad: Tensor<B, D>,
-        ) -> Option<Tensor<B, D>> {
-            self.0 += tensor_bytes(&grad);
-            Some(grad)
+        fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+            self.0 += tensor_bytes(&param.tensor);
+            Some(param.tensor)
         }
     }
     let mut bytes = Bytes(0);

@@ -2,11 +2,11 @@
 //! host where its devices cannot exchange tensors
 //! ([`transfers_through_host`](burn_sam::strategy::transfers_through_host)).
 
-use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
+use burn::module::{AutodiffModule, ModuleMapper, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Device, Tensor};
-use burn_sam::strategy::{map_grads, transfers_through_host, GradMap};
+use burn::tensor::{Device, Tensor};
+use burn_sam::strategy::{map_grads, transfers_through_host, GradMap, ParamGrad};
 
 fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B>) -> Tensor<B, D> {
     if tensor.device() == *device || !transfers_through_host::<B>(device) {
@@ -51,13 +51,8 @@ pub(super) fn grads_to<B: AutodiffBackend, M: AutodiffModule<B>>(
     }
     struct HostMove<'a, B: Backend>(&'a Device<B>);
     impl<B: Backend> GradMap<B> for HostMove<'_, B> {
-        fn map<const D: usize>(
-            &mut self,
-            _: ParamId,
-            _: DType,
-            grad: Tensor<B, D>,
-        ) -> Option<Tensor<B, D>> {
-            Some(tensor_to(grad, self.0))
+        fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+            Some(tensor_to(param.tensor, self.0))
         }
     }
     map_grads(model, grads, &mut HostMove::<B::InnerBackend>(device)).0

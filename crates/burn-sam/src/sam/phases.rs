@@ -1,0 +1,349 @@
+//! SAM's two phases: the ascent to `w + e(w)`, and the descent that puts `w` back and steps
+//! it; a one-pass step is the descent alone. Every way through a step ends in
+//! [`Sam::step_descent`] and [`Sam::finish`].
+
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsParams, LearningRate, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+
+use super::{PendingAscent, Sam, SamStep, StepOutcome, StepReport};
+use crate::error::{SamError, StepError};
+use crate::filter::perturbed_params;
+use crate::param_map::ParamMap;
+use crate::perturb::{move_along, snapshot_covers, sync_running_states, Restore};
+use crate::state::ParamState;
+
+/// What the ascent leaves for the descent.
+#[derive(Clone)]
+pub(super) struct Pending {
+    snapshot: ParamMap,
+    /// The ascent gradient, for variants whose descent combines it (GSAM, LookSAM).
+    ascent_grads: ParamMap,
+    /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
+    variant_state: ParamState<f64>,
+    grad_norm: f64,
+    /// False when the ascent overflowed: it then made this step's one loss-scale update.
+    perturbed: bool,
+}
+
+impl Pending {
+    /// A one-pass step's: nothing perturbed, nothing kept, the scale update still to make.
+    fn single_pass() -> Self {
+        Self {
+            snapshot: ParamMap::default(),
+            ascent_grads: ParamMap::default(),
+            variant_state: ParamState::default(),
+            grad_norm: f64::NAN,
+            perturbed: true,
+        }
+    }
+}
+
+/// Which descent a step ends with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Descent {
+    /// After [`Sam::ascend`]: the weights go back to the snapshot.
+    AfterAscent,
+    /// LookSAM's one-pass step.
+    SinglePass,
+    /// After the replicas' own ascents ([`Handover::LocalDescent`]).
+    Local,
+}
+
+impl<O> Sam<O> {
+    /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
+    /// and keeps `w` for [`Sam::descend`]. `lr` is this step's learning rate, which the
+    /// radius follows under a [`SamConfig::rho_schedule`].
+    ///
+    /// `grads` may be loss-scaled ([`Sam::scale_loss`]): the norm is unscaled for free.
+    /// When the gradient is not finite (an overflow) the module is returned unperturbed, the
+    /// loss scale backs off (this step's one update) and the step becomes a plain base step
+    /// with the descent gradient, taken at `w` with the reduced scale. A warning is logged;
+    /// nothing non-finite is written.
+    ///
+    /// # Errors
+    /// With `module` handed back unchanged and nothing pending: an ascent is already pending
+    /// ([`SamError::AscentPending`]), `grads` hold parameters `module` does not have
+    /// ([`SamError::ForeignGradients`]), loss scaling is on and no loss was scaled
+    /// ([`SamError::UnscaledLoss`]), the step takes one pass ([`SamError::SinglePassStep`]),
+    /// [`SamConfig::perturb_only`] picks nothing ([`SamError::NothingPicked`]), or the loss
+    /// scale's hard stop ([`SamError::LossScale`]).
+    pub fn ascend<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        if self.pending.is_some() {
+            return Err(StepError::new(module, SamError::AscentPending));
+        }
+        if !self.family.needs_ascent() {
+            return Err(StepError::new(module, SamError::SinglePassStep));
+        }
+        or_hand_back!(self.precision.check_scaled(), module);
+        let picked = or_hand_back!(
+            perturbed_params(&module, self.config.perturb_only.as_deref()),
+            module
+        );
+        let loss_scale = self.loss_scale();
+        let ascent = or_hand_back!(
+            self.family
+                .ascent(&module, grads, loss_scale, picked.as_ref()),
+            module
+        );
+        let (module, snapshot, grad_norm) = move_along(
+            &self.config,
+            lr,
+            module,
+            ascent.direction,
+            loss_scale,
+            picked,
+        )?;
+        let perturbed = grad_norm.is_finite();
+        if !perturbed {
+            log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
+            or_hand_back!(self.precision.update(true), module);
+        }
+        self.pending = Some(Pending {
+            snapshot,
+            ascent_grads: ascent.ascent_grads,
+            variant_state: ascent.state,
+            grad_norm,
+            perturbed,
+        });
+        Ok(module)
+    }
+
+    /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
+    /// base optimizer using `grads`, the gradient taken at the perturbed `module` (GSAM
+    /// combines it with the ascent's). On a one-pass step (LookSAM between its full steps,
+    /// [`Sam::needs_ascent`] false), the whole step: `grads` is the gradient at `module`.
+    ///
+    /// Running statistics (BatchNorm) are restored to their values after the first pass, as
+    /// if the batch had been seen once. `grads` may be loss-scaled: they are unscaled in f32
+    /// before the base optimizer sees them, and parameters narrower than f32 are stepped
+    /// through f32 master weights. When `grads` is not finite, nothing is stepped: the
+    /// unperturbed weights and the base optimizer's state are returned unchanged, and the loss
+    /// scale backs off.
+    ///
+    /// # Errors
+    /// Without a pending ascent ([`SamError::DescentWithoutAscent`]) or with a module that is
+    /// not the ascent's ([`SamError::ForeignModule`]): `module` handed back as given, the
+    /// pending ascent kept. With gradients of another module or of an unscaled loss: the step
+    /// is dropped and the weights of before the ascent are handed back. After the loss scale's
+    /// hard stop ([`SamError::LossScale`]): the weights as the step left them.
+    pub fn descend<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        if self.is_momentum_sam() {
+            return self.step_look_ahead(lr, module, grads, false);
+        }
+        let descent = match self.pending.is_some() {
+            true => Descent::AfterAscent,
+            false => Descent::SinglePass,
+        };
+        if descent == Descent::AfterAscent || self.family.needs_ascent() {
+            or_hand_back!(self.check_pending(&module), module);
+        }
+        self.step_descent(lr, module, grads, descent)
+    }
+
+    /// The descent's step, once the pending ascent (if any) is known to match `module`.
+    pub(super) fn step_descent<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        kind: Descent,
+    ) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let loss_scale = self.loss_scale();
+        let descent = self.precision.grad_norm(&module, &grads);
+        let (module, mut pending) = match kind {
+            Descent::AfterAscent => self.put_back(module),
+            Descent::SinglePass | Descent::Local => (module, Pending::single_pass()),
+        };
+        // Refused gradients end the step unfinished: the weights go back to `w`.
+        let descent_grad_norm = or_hand_back!(descent, module);
+        let grads = match descent_grad_norm.is_finite() && pending.perturbed {
+            true => self.family.descent(
+                &module,
+                grads,
+                &pending.ascent_grads,
+                loss_scale,
+                descent_grad_norm,
+            ),
+            false => grads,
+        };
+        let (module, applied) =
+            self.precision
+                .step_if_finite(&mut self.base, lr, module, grads, descent_grad_norm);
+        if applied && pending.perturbed {
+            self.family
+                .commit_ascent(core::mem::take(&mut pending.variant_state));
+        }
+        let outcome = match (applied, kind, pending.perturbed) {
+            (false, ..) => StepOutcome::UpdateSkipped,
+            (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
+            (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
+            (true, ..) => StepOutcome::Applied,
+        };
+        let report = or_hand_back!(
+            self.finish(&pending, outcome, descent_grad_norm, loss_scale),
+            module
+        );
+        Ok((module, report))
+    }
+
+    /// [`Phases::skip`](crate::strategy::Phases::skip).
+    pub(crate) fn skip_pending<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        or_hand_back!(self.check_pending(&module), module);
+        let loss_scale = self.loss_scale();
+        let (module, pending) = self.put_back(module);
+        let report = or_hand_back!(
+            self.finish(&pending, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
+            module
+        );
+        Ok((module, report))
+    }
+
+    /// [`Phases::restore`](crate::strategy::Phases::restore).
+    pub(crate) fn restore_pending<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        or_hand_back!(self.check_pending(&module), module);
+        Ok(self.put_back(module).0)
+    }
+
+    /// The ascent waiting for its descent, if any.
+    pub(crate) fn ascent_pending(&self) -> Option<PendingAscent> {
+        self.pending.as_ref().map(|pending| PendingAscent {
+            grad_norm: pending.grad_norm,
+            perturbed: pending.perturbed,
+        })
+    }
+
+    pub(super) fn check_pending<M, B>(&self, module: &M) -> Result<(), SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        let Some(pending) = self.pending.as_ref() else {
+            return Err(SamError::DescentWithoutAscent);
+        };
+        if !snapshot_covers(module, &pending.snapshot) {
+            return Err(SamError::ForeignModule);
+        }
+        Ok(())
+    }
+
+    /// Takes the pending ascent and puts its snapshot back into `module` (checked to cover it).
+    pub(super) fn put_back<M, B>(&mut self, module: M) -> (M, Pending)
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        let mut pending = self.pending.take().expect("checked by check_pending");
+        // A loss scaled within the step that ends here must not vouch for the next phase.
+        self.precision.handle().take_loss_scaled();
+        sync_running_states(&module);
+        let module = module.map(&mut Restore {
+            snapshot: core::mem::take(&mut pending.snapshot),
+        });
+        (module, pending)
+    }
+
+    /// The step's one loss-scale update (unless the overflowed ascent made it) and counters.
+    fn finish(
+        &mut self,
+        pending: &Pending,
+        outcome: StepOutcome,
+        descent_grad_norm: f64,
+        loss_scale: f32,
+    ) -> Result<StepReport, SamError> {
+        self.stats.steps += 1;
+        self.stats.ascents_skipped += u64::from(!pending.perturbed);
+        self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
+        self.family.advance(matches!(
+            outcome,
+            StepOutcome::Applied | StepOutcome::SinglePass
+        ));
+        self.publish_passes();
+        if pending.perturbed {
+            self.precision
+                .update(outcome == StepOutcome::UpdateSkipped)?;
+        }
+        let report = StepReport {
+            outcome,
+            ascent_grad_norm: pending.grad_norm,
+            descent_grad_norm,
+            loss_scale,
+        };
+        log::debug!("SAM step {}: {report:?}", self.stats.steps);
+        Ok(report)
+    }
+
+    /// The step's passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the
+    /// base optimizer steps `w`; on a one-pass step ([`Sam::needs_ascent`] false) `loss` is
+    /// evaluated once. Returns the updated module, the first pass's loss and a report.
+    /// With loss scaling the losses are scaled before each backward pass: the closure is the
+    /// same as in f32 training.
+    pub fn step_with<M, B, F>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        mut loss: F,
+    ) -> Result<SamStep<M, B>, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+        F: FnMut(&M) -> Tensor<B, 1>,
+    {
+        let first = loss(&module);
+        // Keeping only the value lets the first pass's graph, and the weights it saved, go
+        // once it is back-propagated: the base optimizer can then update them in place.
+        let first_value = first.clone().detach();
+        let grads = GradientsParams::from_grads(self.scale_loss(first).backward(), &module);
+        if !self.family.needs_ascent() {
+            let (module, report) = self.descend(lr, module, grads)?;
+            return Ok(SamStep {
+                module,
+                loss: first_value,
+                report,
+            });
+        }
+        let perturbed = self.ascend(lr, module, grads)?;
+        let second = self.scale_loss(loss(&perturbed));
+        let grads = GradientsParams::from_grads(second.backward(), &perturbed);
+        let (module, report) = self.descend(lr, perturbed, grads)?;
+        Ok(SamStep {
+            module,
+            loss: first_value,
+            report,
+        })
+    }
+}

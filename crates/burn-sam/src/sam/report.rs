@@ -1,0 +1,103 @@
+//! What a SAM step reports and what its record holds.
+
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+
+use crate::family::VariantRecord;
+use crate::label::SamRecordLabel;
+use crate::precision::MixedPrecisionRecord;
+
+/// What [`Sam::ascend`] did, while its descent is pending.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PendingAscent {
+    /// `||a * g||` of the ascent gradient, unscaled.
+    pub grad_norm: f64,
+    /// False when the ascent gradient was not finite: the weights were left unperturbed and
+    /// the loss scale has already backed off.
+    pub perturbed: bool,
+}
+
+/// Counters of what SAM did, saved in its record.
+#[derive(Record, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamStats {
+    /// Optimizer steps taken (descents, skipped or not).
+    pub steps: u64,
+    /// Steps whose ascent gradient was not finite: no perturbation, plain base step.
+    pub ascents_skipped: u64,
+    /// Steps whose descent gradient was not finite: weights and base state left untouched.
+    pub updates_skipped: u64,
+}
+
+/// SAM's own state, saved beside the base optimizer's record, with a label saying what wrote
+/// it.
+///
+/// `load_record` continues only a record it can continue exactly, and panics before changing
+/// anything otherwise, with the message of [`Sam::check_record`]'s error: another variant's
+/// state, loss scaling or master weights on where they were off (or the reverse), a record
+/// format newer than [`RECORD_FORMAT`](crate::RECORD_FORMAT). One pairing of variants is
+/// allowed: a record of a variant that keeps no state (SAM, GSAM) loads into any variant,
+/// whose own state then starts as at its first step (Momentum-SAM's momentum at zero,
+/// LookSAM's cycle with a full step). A record written before labels existed (`label`
+/// `None`) loads where its contents say what wrote it (no variant state, or Momentum-SAM's
+/// radius); one with LookSAM's or Friendly-SAM's state is refused until it is labelled
+/// ([`SamRecordLabel::of`](crate::SamRecordLabel::of)).
+#[derive(Record, Clone, Debug)]
+pub struct SamRecord {
+    /// Counters.
+    pub stats: SamStats,
+    /// Loss scaler and f32 master weights.
+    pub mixed_precision: MixedPrecisionRecord,
+    /// The variant's state (Friendly-SAM's momentum, LookSAM's cycle and kept direction).
+    pub variant: VariantRecord,
+    /// What wrote the record; `None` in records written before labels existed.
+    pub label: Option<SamRecordLabel>,
+}
+
+/// What one SAM step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Perturbed, then stepped with the gradient at the perturbed weights.
+    Applied,
+    /// The ascent gradient was not finite: the weights were not perturbed and the base
+    /// optimizer stepped with the descent gradient, taken at the unperturbed weights.
+    AscentSkipped,
+    /// The descent gradient was not finite: weights and base optimizer state are unchanged.
+    UpdateSkipped,
+    /// A one-pass step: LookSAM's, stepped with the gradient at the weights plus the direction
+    /// kept by the last full step, or Momentum-SAM's, with the gradient at its look-ahead.
+    SinglePass,
+}
+
+impl StepOutcome {
+    /// Whether the base optimizer stepped.
+    pub fn applied(self) -> bool {
+        self != Self::UpdateSkipped
+    }
+}
+
+/// The outcome of one step and the gradient norms it saw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepReport {
+    /// What happened.
+    pub outcome: StepOutcome,
+    /// `||a * g||` of the ascent direction (SAM: `a = 1`, the gradient), the norm the
+    /// perturbation divides by (NaN on a one-pass step, which has no ascent).
+    pub ascent_grad_norm: f64,
+    /// `||g||` of the descent gradient, the one the base optimizer steps with (NaN after
+    /// [`Phases::skip`](crate::strategy::Phases::skip), which has none).
+    pub descent_grad_norm: f64,
+    /// The loss scale of the descent pass (1 without loss scaling). Norms are unscaled.
+    pub loss_scale: f32,
+}
+
+/// The result of [`Sam::step_with`].
+#[derive(Debug)]
+pub struct SamStep<M, B: AutodiffBackend> {
+    /// The updated module.
+    pub module: M,
+    /// The loss of the first pass, at the unperturbed weights, detached.
+    pub loss: Tensor<B, 1>,
+    /// What the step did.
+    pub report: StepReport,
+}
