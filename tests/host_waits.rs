@@ -12,7 +12,7 @@ use burn::tensor::{Distribution, Tensor};
 use burn_sam::diagnostics::{device_reads, device_syncs};
 use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamVariant};
 use burn_sam_accum::train::SamTraining;
-use burn_sam_accum::{AccumulationConfig, MicroBatch, SamMode};
+use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 use burn_sam_suite::{blobs, ClassBatcher, Classifier, Mlp, MlpConfig, Quiet};
 
 type B = Autodiff<Flex>;
@@ -102,7 +102,7 @@ fn one_read_per_pass_and_one_sync_per_step() {
     assert_eq!(n, (2, 1), "exact SAM over a window of 3");
 
     let mut per_micro_batch = AccumulationConfig::new(3)
-        .with_sam_mode(SamMode::PerMicroBatch)
+        .with_ascent(Ascent::Local)
         .init(sam());
     let n = waits(|| drop(per_micro_batch.step(1e-3, model.clone(), &window, loss)));
     assert_eq!(

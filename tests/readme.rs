@@ -192,12 +192,12 @@ fn accumulation() -> Result {
     // readme: accumulation
     use burn::optim::AdamConfig;
     use burn_sam::SamConfig;
-    use burn_sam_accum::{AccumulationConfig, MicroBatch, SamMode};
+    use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 
     // Any Burn optimizer, a `LossScaled` one, or a `Sam` one.
     let sam = SamConfig::new().try_init(AdamConfig::new().init())?;
     let mut accumulation = AccumulationConfig::new(4) // micro-batches per step
-        .with_sam_mode(SamMode::Exact) // or SamMode::PerMicroBatch (m-sharpness)
+        .with_ascent(Ascent::Synced) // or Ascent::Local (m-sharpness)
         .try_init(sam)?;
 
     // Weighted by item count (or `MicroBatch::new(b)` for equal weights).

@@ -10,10 +10,10 @@ use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
 use burn_sam::strategy::Phases;
 use burn_sam::{
     LossScaleHandle, LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam,
-    SamConfig, SamRecord, SamVariant, StepOutcome,
+    SamConfig, SamError, SamRecord, SamVariant, StepOutcome,
 };
 use burn_sam_accum::{
-    AccumError, Accumulation, AccumulationConfig, MicroBatch, SamMode, Window, WindowOptimizer,
+    AccumError, Accumulation, AccumulationConfig, Ascent, MicroBatch, Window, WindowOptimizer,
 };
 use burn_sam_suite::{record_bytes, Mlp};
 
@@ -249,7 +249,7 @@ pub fn per_micro_batch_windows_of_one_equal_sam<B: AutodiffBackend>() {
         expected = step.unwrap().module;
     }
     let mut accumulation = AccumulationConfig::new(1)
-        .with_sam_mode(SamMode::PerMicroBatch)
+        .with_ascent(Ascent::Local)
         .init(sam());
     let mut model = problem.model.clone();
     for batch in &problem.batches {
@@ -307,7 +307,7 @@ pub fn per_micro_batch_matches_its_definition<B: AutodiffBackend>() {
 
     let sam = SamConfig::new().with_rho(rho).init(SgdConfig::new().init());
     let mut accumulation = AccumulationConfig::new(2)
-        .with_sam_mode(SamMode::PerMicroBatch)
+        .with_ascent(Ascent::Local)
         .init(sam);
     let step = accumulation
         .step(lr, model.clone(), &micro_batches, loss::<B>)
@@ -372,17 +372,17 @@ pub fn bad_windows_are_refused<B: AutodiffBackend>() {
         .with_variant(SamVariant::gsam())
         .init(SgdConfig::new().init());
     let mut accumulation = AccumulationConfig::new(2)
-        .with_sam_mode(SamMode::PerMicroBatch)
+        .with_ascent(Ascent::Local)
         .init(gsam);
     let failed = accumulation
         .step(0.1, model.clone(), &split(batch, &[4, 4]), loss::<B>)
         .unwrap_err();
     assert_eq!(
         failed.error,
-        AccumError::VariantNeedsExactMode { variant: "GSAM" }
+        AccumError::Optimizer(SamError::LocalAscentVariant { variant: "GSAM" })
     );
     assert_eq!(tensors(&failed.module), tensors(&model));
-    assert!(failed.to_string().contains("SamMode::Exact"), "{failed}");
+    assert!(failed.to_string().contains("Ascent::Synced"), "{failed}");
 
     // A loss computed with another module than the one the closure gets.
     let other = problem::<B>(1).model;
@@ -412,14 +412,14 @@ pub fn failure_between_passes_restores_the_weights<B: AutodiffBackend>() {
     // Exact: 2 ascent evaluations, then the descent's. Per micro-batch: ascent 0, descent 0,
     // ascent 1, descent 1.
     for (mode, fail_at) in [
-        (SamMode::Exact, 2),
-        (SamMode::Exact, 3),
-        (SamMode::PerMicroBatch, 1),
-        (SamMode::PerMicroBatch, 2),
-        (SamMode::PerMicroBatch, 3),
+        (Ascent::Synced, 2),
+        (Ascent::Synced, 3),
+        (Ascent::Local, 1),
+        (Ascent::Local, 2),
+        (Ascent::Local, 3),
     ] {
         let sam = SamConfig::new().with_rho(0.5).init(SgdConfig::new().init());
-        let mut accumulation = AccumulationConfig::new(2).with_sam_mode(mode).init(sam);
+        let mut accumulation = AccumulationConfig::new(2).with_ascent(mode).init(sam);
         let mut calls = 0;
         let failed = accumulation
             .step(
@@ -560,11 +560,11 @@ pub fn overflow_in_one_micro_batch_skips_the_window<B: AutodiffBackend>() {
         &clean,
         &overflowing,
     );
-    for mode in [SamMode::Exact, SamMode::PerMicroBatch] {
+    for mode in [Ascent::Synced, Ascent::Local] {
         let sam = SamConfig::new()
             .with_loss_scaling(Some(scaling.clone()))
             .init(adam());
-        let accumulation = AccumulationConfig::new(3).with_sam_mode(mode).init(sam);
+        let accumulation = AccumulationConfig::new(3).with_ascent(mode).init(sam);
         let scale = |o: &Sam<_>| o.loss_scale();
         let masters = |r: SamRecord| r.mixed_precision;
         skips_the_window(

@@ -4,7 +4,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
 use burn_sam::strategy::or_hand_back;
-use burn_sam::StepError;
+use burn_sam::{ConfigError, StepError};
 
 use crate::config::AccumulationConfig;
 use crate::error::AccumError;
@@ -97,7 +97,7 @@ impl<O> Accumulation<O> {
         let mut window = or_hand_back!(Window::new(micro_batches, &mut loss), module);
         let (module, report) =
             self.optimizer
-                .step_window(lr, module, &mut window, self.config.sam_mode)?;
+                .step_window(lr, module, &mut window, self.config.ascent)?;
         log::debug!("accumulated step: {report:?}");
         let loss = window
             .loss()
@@ -151,5 +151,28 @@ impl<I: Iterator> Iterator for Windows<I> {
     fn next(&mut self) -> Option<Self::Item> {
         let window: Vec<_> = self.micro_batches.by_ref().take(self.window).collect();
         (!window.is_empty()).then_some(window)
+    }
+}
+
+impl AccumulationConfig {
+    /// Wraps `optimizer`: a Burn optimizer ([`Sgd`](burn::optim::Sgd), [`Adam`](burn::optim::Adam),
+    /// ...), a [`LossScaled`](burn_sam::LossScaled) one or a [`Sam`](burn_sam::Sam) one.
+    ///
+    /// # Panics
+    /// When the configuration is invalid, with the field and its allowed range;
+    /// [`AccumulationConfig::try_init`] returns it instead.
+    #[track_caller]
+    pub fn init<O>(&self, optimizer: O) -> Accumulation<O> {
+        // `panic!` in this body, not in a closure, so that `track_caller` names the caller.
+        match self.try_init(optimizer) {
+            Ok(accumulation) => accumulation,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// Wraps `optimizer`, or says which field is invalid.
+    pub fn try_init<O>(&self, optimizer: O) -> Result<Accumulation<O>, ConfigError> {
+        self.validate()?;
+        Ok(Accumulation::new(self.clone(), optimizer))
     }
 }

@@ -1,27 +1,7 @@
 use burn::config::Config;
 use burn_sam::ConfigError;
 
-use crate::accumulation::Accumulation;
-
-/// How SAM uses the micro-batches of a window.
-///
-/// ```
-/// use burn_sam_accum::{AccumulationConfig, SamMode};
-///
-/// // m-sharpness: each micro-batch perturbed by its own gradient.
-/// let config = AccumulationConfig::new(4).with_sam_mode(SamMode::PerMicroBatch);
-/// assert_eq!(AccumulationConfig::new(4).sam_mode, SamMode::Exact); // the default
-/// # assert_eq!(config.sam_mode, SamMode::PerMicroBatch);
-/// ```
-#[derive(Config, Debug, Copy, PartialEq, Eq)]
-pub enum SamMode {
-    /// One perturbation from the whole window's gradient, then the descent gradient over the
-    /// whole window at the perturbed weights: SAM on the large batch, exactly.
-    Exact,
-    /// m-sharpness (Andriushchenko & Flammarion, 2022): each micro-batch is perturbed by its
-    /// own gradient, the descent gradients are accumulated, and the base optimizer steps once.
-    PerMicroBatch,
-}
+use crate::ascent::Ascent;
 
 /// Configuration of [`Accumulation`]: how many micro-batches make one optimizer step.
 ///
@@ -47,33 +27,13 @@ pub struct AccumulationConfig {
     /// Micro-batches per optimizer step (at least 1). A shorter window, such as the rest of
     /// an epoch, steps with what it holds.
     pub window: usize,
-    /// How a [`Sam`](burn_sam::Sam) optimizer uses the window; ignored by other optimizers.
-    #[config(default = "SamMode::Exact")]
-    pub sam_mode: SamMode,
+    /// Where a [`Sam`](burn_sam::Sam) optimizer takes its ascent: once for the window, or on
+    /// each micro-batch (m-sharpness); ignored by other optimizers.
+    #[config(default = "Ascent::Synced")]
+    pub ascent: Ascent,
 }
 
 impl AccumulationConfig {
-    /// Wraps `optimizer`: a Burn optimizer ([`Sgd`](burn::optim::Sgd), [`Adam`](burn::optim::Adam),
-    /// ...), a [`LossScaled`](burn_sam::LossScaled) one or a [`Sam`](burn_sam::Sam) one.
-    ///
-    /// # Panics
-    /// When the configuration is invalid, with the field and its allowed range;
-    /// [`AccumulationConfig::try_init`] returns it instead.
-    #[track_caller]
-    pub fn init<O>(&self, optimizer: O) -> Accumulation<O> {
-        // `panic!` in this body, not in a closure, so that `track_caller` names the caller.
-        match self.try_init(optimizer) {
-            Ok(accumulation) => accumulation,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// Wraps `optimizer`, or says which field is invalid.
-    pub fn try_init<O>(&self, optimizer: O) -> Result<Accumulation<O>, ConfigError> {
-        self.validate()?;
-        Ok(Accumulation::new(self.clone(), optimizer))
-    }
-
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         ConfigError::check(

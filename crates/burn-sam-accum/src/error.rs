@@ -29,12 +29,6 @@ pub enum AccumError {
     },
     /// Some micro-batches of the window gave an item count and others did not.
     MixedItemCounts,
-    /// `SamMode::PerMicroBatch` with a SAM variant other than SAM: GSAM, LookSAM and
-    /// Friendly-SAM combine one ascent with one descent per step.
-    VariantNeedsExactMode {
-        /// The variant's name.
-        variant: &'static str,
-    },
     /// The optimizer refused the step: gradients or module not matching, loss-scale hard stop.
     Optimizer(SamError),
 }
@@ -77,12 +71,6 @@ impl fmt::Display for AccumError {
                 f,
                 "some micro-batches give an item count and others do not: \
                  give it for all of them or for none (equal weights)"
-            ),
-            Self::VariantNeedsExactMode { variant } => write!(
-                f,
-                "{variant} takes one ascent per step: accumulate it with `SamMode::Exact` \
-                 (`SamMode::PerMicroBatch` perturbs each micro-batch on its own, which only \
-                 plain SAM defines)"
             ),
             Self::Optimizer(error) => error.fmt(f),
         }

@@ -5,8 +5,8 @@
 //! and summed in f32; a partial window (the end of an epoch) steps with what it holds,
 //! normalised by what it holds. Under loss scaling the window has one scale, an overflow in
 //! any micro-batch skips the whole window (weights and optimizer state unchanged) and backs
-//! the scale off once. With [`Sam`](burn_sam::Sam), [`SamMode::Exact`] perturbs once with the
-//! window's gradient (SAM on the large batch) and [`SamMode::PerMicroBatch`] perturbs each
+//! the scale off once. With [`Sam`](burn_sam::Sam), [`Ascent::Synced`] perturbs once with the
+//! window's gradient (SAM on the large batch) and [`Ascent::Local`] perturbs each
 //! micro-batch by its own gradient (m-sharpness).
 //!
 //! ```
@@ -36,6 +36,7 @@
 //! for Burn's `Learner`. Errors hand the module back ([`burn_sam::StepError`]).
 
 mod accumulation;
+mod ascent;
 mod config;
 mod error;
 mod grad_sum;
@@ -46,7 +47,8 @@ pub mod train;
 mod window;
 
 pub use accumulation::{Accumulation, WindowStep, Windows};
-pub use config::{AccumulationConfig, SamMode};
+pub use ascent::Ascent;
+pub use config::AccumulationConfig;
 pub use error::AccumError;
 pub use optimizer::{WindowOptimizer, WindowReport};
 pub use window::{MicroBatch, Window};

@@ -8,7 +8,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_sam::strategy::{guarded_step, or_hand_back};
 use burn_sam::{LossScaleHandle, LossScaled, Sam, SamConfig, StepError, StepReport};
 
-use crate::config::SamMode;
+use crate::ascent::Ascent;
 use crate::error::AccumError;
 use crate::sam_window;
 use crate::window::Window;
@@ -70,7 +70,7 @@ pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
-        sam_mode: SamMode,
+        ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>>;
 }
 
@@ -91,7 +91,7 @@ where
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
-        _sam_mode: SamMode,
+        _ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
         let grads = or_hand_back!(
             window.gradient(&module, &LossScaleHandle::unscaled()),
@@ -126,7 +126,7 @@ where
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
-        _sam_mode: SamMode,
+        _ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
         let grads = or_hand_back!(window.gradient(&module, &self.loss_scale_handle()), module);
         let (module, step) = self
@@ -168,12 +168,12 @@ where
         lr: LearningRate,
         module: M,
         window: &mut Window<'_, M, T, B>,
-        sam_mode: SamMode,
+        ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
         let loss_scale = self.loss_scale();
-        let (module, step) = match sam_mode {
-            SamMode::Exact => sam_window::exact(self, lr, module, window)?,
-            SamMode::PerMicroBatch => sam_window::per_micro_batch(self, lr, module, window)?,
+        let (module, step) = match ascent {
+            Ascent::Synced => sam_window::synced(self, lr, module, window)?,
+            Ascent::Local => sam_window::local(self, lr, module, window)?,
         };
         let report = WindowReport {
             applied: step.outcome.applied(),

@@ -5,7 +5,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn_sam::strategy::{or_hand_back, Phases};
-use burn_sam::{Sam, SamVariant, StepError, StepReport};
+use burn_sam::{Sam, StepError, StepReport};
 
 use crate::error::AccumError;
 use crate::grad_sum::WeightedSum;
@@ -15,7 +15,7 @@ type WindowResult<M> = Result<(M, StepReport), StepError<M, AccumError>>;
 
 /// SAM on the large batch: the ascent with the window's gradient at `w`, the descent with the
 /// window's gradient at `w + e`; a one-pass step (LookSAM) descends with the gradient at `w`.
-pub(crate) fn exact<O, M, B, T>(
+pub(crate) fn synced<O, M, B, T>(
     sam: &mut Sam<O>,
     lr: LearningRate,
     module: M,
@@ -45,7 +45,7 @@ where
 
 /// m-sharpness: micro-batch `i` is perturbed by its own gradient and contributes
 /// `w_i * grad L_i(w + e_i)`; the last descent steps with the sum.
-pub(crate) fn per_micro_batch<O, M, B, T>(
+pub(crate) fn local<O, M, B, T>(
     sam: &mut Sam<O>,
     lr: LearningRate,
     mut module: M,
@@ -56,13 +56,7 @@ where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    let variant = &sam.config().variant;
-    if *variant != SamVariant::Sam {
-        let error = AccumError::VariantNeedsExactMode {
-            variant: variant.name(),
-        };
-        return Err(StepError { module, error });
-    }
+    or_hand_back!(sam.config().variant.check_local_ascent(), module);
     let scale = sam.loss_scale_handle();
     let mut descent = WeightedSum::default();
     let last = window.len() - 1;

@@ -135,9 +135,11 @@ pub enum SamError {
     /// `ascend` was called on a step that takes one pass (LookSAM between its full steps):
     /// call `descend` with the gradient at the unperturbed weights ([`Sam::needs_ascent`](crate::Sam::needs_ascent)).
     SinglePassStep,
-    /// A local descent ([`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent))
-    /// with a SAM variant: GSAM, LookSAM and Friendly-SAM join one ascent to one descent on
-    /// the same weights.
+    /// Local ascents (a perturbation per micro-batch or per replica, each from its own
+    /// gradient: burn-sam-accum's `Ascent::Local`, a strategy's
+    /// [`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent)) with a variant
+    /// other than SAM, whose rules join one ascent to one descent on the same weights
+    /// ([`SamVariant::check_local_ascent`](crate::SamVariant::check_local_ascent)).
     LocalAscentVariant {
         /// The variant's name.
         variant: &'static str,
@@ -207,12 +209,10 @@ impl fmt::Display for SamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::InvalidConfig(error) => error.fmt(f),
-            Self::DescentWithoutAscent => write!(
-                f,
+            Self::DescentWithoutAscent => f.write_str(
                 "SAM descent without an ascent: call `ascend` (or the first `step`) on this batch first"
             ),
-            Self::AscentPending => write!(
-                f,
+            Self::AscentPending => f.write_str(
                 "SAM ascent while the previous ascent waits for its descent: call `descend` first"
             ),
             Self::ForeignGradients { gradients, matched } => write!(
@@ -220,31 +220,22 @@ impl fmt::Display for SamError {
                 "gradients for parameters the module does not have ({matched} of {gradients} \
                  match): compute the gradients with this module"
             ),
-            Self::ForeignModule => write!(
-                f,
+            Self::ForeignModule => f.write_str(
                 "SAM descent got a module whose parameters differ from the ascent's: \
                  pass the module returned by the ascent"
             ),
-            Self::UnscaledLoss => write!(
-                f,
-                "loss scaling is on, but no loss was scaled since the last step: call \
-                 `backward` on `optim.scale_loss(loss)`; in a Burn `Learner`, train with \
-                 `burn_sam_accum::train::SamTraining` and call \
-                 `burn_sam_accum::train::scale_loss` in the `TrainStep` (Burn's default \
-                 strategy cannot scale the loss)"
-            ),
+            Self::UnscaledLoss => unscaled_loss(f),
             Self::LossScale(error) => error.fmt(f),
-            Self::SinglePassStep => write!(
-                f,
+            Self::SinglePassStep => f.write_str(
                 "SAM ascent on a one-pass step (LookSAM between its full steps): call \
                  `descend` with the gradient at the unperturbed weights; `needs_ascent` \
                  says which steps take two passes"
             ),
             Self::LocalAscentVariant { variant } => write!(
                 f,
-                "{variant} cannot take local ascents (each replica perturbed by its own \
-                 gradient): its rule joins one ascent to one descent on the same weights; use \
-                 synced ascents, or `SamVariant::Sam`"
+                "{variant} cannot take local ascents (each micro-batch or replica perturbed by \
+                 its own gradient): its rule joins one ascent to one descent on the same \
+                 weights; use `Ascent::Synced`, or `SamVariant::Sam`"
             ),
             Self::NothingPicked { names } => write!(
                 f,
@@ -258,59 +249,15 @@ impl fmt::Display for SamError {
             ),
             Self::UnlinkedStep {
                 variant,
-                look_ahead: false,
-            } => write!(
-                f,
-                "`Sam` ({variant}) was stepped through `Optimizer::step` by code that is not a SAM \
-                 training strategy, such as Burn's default `Learner` strategy, which steps once \
-                 per batch: {variant}'s ascent and descent would be taken on different batches, \
-                 silently training something that is not {variant}. In a `Learner`, add \
-                 `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(device, \
-                 &optim))` with the `optim` you give `Learner::new`; in a loop of your own, use \
-                 `Sam::step_with` or `Sam::ascend`/`Sam::descend`. Code that calls \
-                 `Optimizer::step` after each pass on the same batch opts in with \
-                 `Sam::step_per_pass()`"
-            ),
-            Self::UnlinkedStep {
-                variant,
-                look_ahead: true,
-            } => write!(
-                f,
-                "`Sam` ({variant}) was stepped through `Optimizer::step` by code that is not a SAM \
-                 training strategy, such as Burn's default `Learner` strategy: each such step \
-                 hands back the model at its look-ahead `w~ = w - rho * v / ||v||`, not at the \
-                 weights `w`, so the strategy would validate and save `w~`. In a `Learner`, \
-                 add `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(\
-                 device, &optim))` with the `optim` you give `Learner::new` (its model stays at \
-                 `w`); in a loop of your own, use `Sam::step_with` and evaluate and save \
-                 `optim.unperturbed(model)`, the weights `w`. Code that calls `Optimizer::step` \
-                 itself opts in with `Sam::step_per_pass()` and does the same"
-            ),
-            Self::LinkedToAnotherOptimizer => write!(
-                f,
-                "the training strategy handed this step over to the optimizer it was built \
-                 from, but the `Learner` stepped another optimizer: build \
-                 `burn_sam_accum::train::SamTraining` from the optimizer you give `Learner::new` \
-                 (`SamTraining::strategy(device, &optim)`, then `Learner::new(model, optim, \
-                 ..)`), or from a clone of it. Two optimizers built from one configuration are \
-                 two optimizers: each has its own passes, loss scale and state"
-            ),
+                look_ahead,
+            } => unlinked_step(f, variant, *look_ahead),
+            Self::LinkedToAnotherOptimizer => linked_to_another_optimizer(f),
             Self::RecordMismatch {
                 epoch,
                 record,
                 optimizer,
                 fix,
-            } => {
-                let checkpoint = match epoch {
-                    Some(epoch) => format!(" (the Learner checkpoint of epoch {epoch})"),
-                    None => String::new(),
-                };
-                write!(
-                    f,
-                    "cannot resume from this record{checkpoint}: it holds {record}; the optimizer \
-                     is {optimizer}. {fix}"
-                )
-            }
+            } => record_mismatch(f, *epoch, record, optimizer, fix),
             Self::UnsupportedDType { dtype, backend } => write!(
                 f,
                 "the {backend} backend does not compute in {dtype:?} on this device: train \
@@ -319,6 +266,81 @@ impl fmt::Display for SamError {
             ),
         }
     }
+}
+
+/// [`SamError::UnlinkedStep`]'s message: what the step would have trained, and the fix.
+fn unlinked_step(f: &mut fmt::Formatter<'_>, variant: &str, look_ahead: bool) -> fmt::Result {
+    match look_ahead {
+        false => write!(
+            f,
+            "`Sam` ({variant}) was stepped through `Optimizer::step` by code that is not a SAM \
+             training strategy, such as Burn's default `Learner` strategy, which steps once \
+             per batch: {variant}'s ascent and descent would be taken on different batches, \
+             silently training something that is not {variant}. In a `Learner`, add \
+             `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(device, \
+             &optim))` with the `optim` you give `Learner::new`; in a loop of your own, use \
+             `Sam::step_with` or `Sam::ascend`/`Sam::descend`. Code that calls \
+             `Optimizer::step` after each pass on the same batch opts in with \
+             `Sam::step_per_pass()`"
+        ),
+        true => write!(
+            f,
+            "`Sam` ({variant}) was stepped through `Optimizer::step` by code that is not a SAM \
+             training strategy, such as Burn's default `Learner` strategy: each such step \
+             hands back the model at its look-ahead `w~ = w - rho * v / ||v||`, not at the \
+             weights `w`, so the strategy would validate and save `w~`. In a `Learner`, \
+             add `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(\
+             device, &optim))` with the `optim` you give `Learner::new` (its model stays at \
+             `w`); in a loop of your own, use `Sam::step_with` and evaluate and save \
+             `optim.unperturbed(model)`, the weights `w`. Code that calls `Optimizer::step` \
+             itself opts in with `Sam::step_per_pass()` and does the same"
+        ),
+    }
+}
+
+/// [`SamError::UnscaledLoss`]'s message: where the loss is scaled, in a loop and in a `Learner`.
+fn unscaled_loss(f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(
+        f,
+        "loss scaling is on, but no loss was scaled since the last step: call \
+         `backward` on `optim.scale_loss(loss)`; in a Burn `Learner`, train with \
+         `burn_sam_accum::train::SamTraining` and call \
+         `burn_sam_accum::train::scale_loss` in the `TrainStep` (Burn's default \
+         strategy cannot scale the loss)"
+    )
+}
+
+/// [`SamError::LinkedToAnotherOptimizer`]'s message: the strategy and the `Learner` hold two
+/// optimizers.
+fn linked_to_another_optimizer(f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(
+        f,
+        "the training strategy handed this step over to the optimizer it was built \
+         from, but the `Learner` stepped another optimizer: build \
+         `burn_sam_accum::train::SamTraining` from the optimizer you give `Learner::new` \
+         (`SamTraining::strategy(device, &optim)`, then `Learner::new(model, optim, \
+         ..)`), or from a clone of it. Two optimizers built from one configuration are \
+         two optimizers: each has its own passes, loss scale and state"
+    )
+}
+
+/// [`SamError::RecordMismatch`]'s message.
+fn record_mismatch(
+    f: &mut fmt::Formatter<'_>,
+    epoch: Option<u64>,
+    record: &str,
+    optimizer: &str,
+    fix: &str,
+) -> fmt::Result {
+    let checkpoint = match epoch {
+        Some(epoch) => format!(" (the Learner checkpoint of epoch {epoch})"),
+        None => String::new(),
+    };
+    write!(
+        f,
+        "cannot resume from this record{checkpoint}: it holds {record}; the optimizer \
+         is {optimizer}. {fix}"
+    )
 }
 
 impl std::error::Error for SamError {}

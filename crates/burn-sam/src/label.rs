@@ -142,6 +142,36 @@ fn scaling(on: bool) -> &'static str {
     }
 }
 
+impl SamRecordLabel {
+    /// The optimizer that would write this label, as a refused resume names it.
+    fn describe_optimizer(&self) -> String {
+        let masters = match self.master_weights {
+            true => "f32 master weights",
+            false => "no master weights",
+        };
+        format!(
+            "{}, {}, {masters} (reads record formats up to {RECORD_FORMAT})",
+            self.variant,
+            scaling(self.loss_scaling),
+        )
+    }
+}
+
+/// The refusal of a record without a label whose state could be LookSAM's or Friendly-SAM's.
+fn unlabelled_state(optimizer: String) -> SamError {
+    SamError::RecordMismatch {
+        epoch: None,
+        record: "per-parameter state of LookSAM or Friendly-SAM, without a label (written \
+                 before burn-sam labelled its records)"
+            .to_string(),
+        optimizer,
+        fix: "the record does not say which of them wrote it: if you know, label it \
+              (`record.1.label = Some(SamRecordLabel::of(&config))`, `config` the \
+              writer's) and load it again"
+            .to_string(),
+    }
+}
+
 /// Whether an optimizer of `config` can continue from a record with `label`, `variant` and
 /// `mixed_precision`, and how; the error names both sides and the fix.
 pub(crate) fn check_resume(
@@ -151,27 +181,9 @@ pub(crate) fn check_resume(
     mixed_precision: &MixedPrecisionRecord,
 ) -> Result<Resume, SamError> {
     let own = SamRecordLabel::of(config);
-    let optimizer = format!(
-        "{}, {}, {} (reads record formats up to {RECORD_FORMAT})",
-        own.variant,
-        scaling(own.loss_scaling),
-        match own.master_weights {
-            true => "f32 master weights",
-            false => "no master weights",
-        }
-    );
+    let optimizer = own.describe_optimizer();
     let Some(holds) = Holds::read(label, variant, mixed_precision) else {
-        return Err(SamError::RecordMismatch {
-            epoch: None,
-            record: "per-parameter state of LookSAM or Friendly-SAM, without a label (written \
-                     before burn-sam labelled its records)"
-                .to_string(),
-            optimizer,
-            fix: "the record does not say which of them wrote it: if you know, label it \
-                  (`record.1.label = Some(SamRecordLabel::of(&config))`, `config` the \
-                  writer's) and load it again"
-                .to_string(),
-        });
+        return Err(unlabelled_state(optimizer));
     };
     let refuse = |fix: String| {
         Err(SamError::RecordMismatch {

@@ -2,7 +2,7 @@
 
 use burn::config::Config;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, SamError};
 
 /// Which member of the SAM family a [`Sam`](crate::Sam) optimizer runs. Each changes SAM in
 /// one place: the direction of the ascent (Friendly-SAM, Momentum-SAM), the gradient the base
@@ -99,6 +99,29 @@ impl SamVariant {
             Self::LookSam { .. } => "LookSAM",
             Self::FriendlySam { .. } => "Friendly-SAM",
             Self::MomentumSam { .. } => "Momentum-SAM",
+        }
+    }
+
+    /// Whether the variant can take a perturbation per micro-batch or per replica, each from
+    /// its own gradient (m-sharpness, data-parallel local ascents): SAM's alone, since every
+    /// other variant's rule joins one ascent to one descent on the same weights.
+    ///
+    /// ```
+    /// use burn_sam::SamVariant;
+    ///
+    /// assert!(SamVariant::Sam.check_local_ascent().is_ok());
+    /// let refused = SamVariant::gsam().check_local_ascent().unwrap_err();
+    /// assert!(refused.to_string().starts_with("GSAM cannot take local ascents"));
+    /// ```
+    ///
+    /// # Errors
+    /// [`SamError::LocalAscentVariant`] for every variant but [`SamVariant::Sam`].
+    pub fn check_local_ascent(&self) -> Result<(), SamError> {
+        match self {
+            Self::Sam => Ok(()),
+            _ => Err(SamError::LocalAscentVariant {
+                variant: self.name(),
+            }),
         }
     }
 

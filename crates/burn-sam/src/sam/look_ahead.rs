@@ -5,7 +5,7 @@ use burn::module::{AutodiffModule, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::phases::Descent;
+use super::phases::{At, Descent};
 use super::{Sam, StepReport};
 use crate::error::StepError;
 use crate::perturb::{kept_tensors, look_ahead_by, Restore};
@@ -76,16 +76,15 @@ impl<O> Sam<O> {
         }
     }
 
-    /// A Momentum-SAM step: `module` at `w~` (`at_weights` false: a direct call; `w` comes back
-    /// from the kept weights) or at `w` (a strategy's hand-over). Steps `w` with `grads` and
-    /// hands back the next `w~`, or `w` to a strategy, which looks ahead through its link. A
-    /// skipped step or an error hands `module` back as it came.
+    /// A Momentum-SAM step with `module` where `at` says. Steps `w` with `grads` and hands
+    /// back the next `w~` to a direct caller, or `w` to a strategy, which looks ahead through
+    /// its link. A skipped step or an error hands `module` back as it came.
     pub(super) fn step_look_ahead<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        at_weights: bool,
+        at: At,
     ) -> Result<(M, StepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
@@ -95,9 +94,9 @@ impl<O> Sam<O> {
         let given = module.clone();
         // The kept `w` is moved into the module, not cloned, so that the base optimizer can
         // update it in place; a step that does not apply keeps the weights it hands back.
-        let kept = match at_weights {
-            true => None,
-            false => self.look_ahead.take(),
+        let kept = match at {
+            At::Weights => None,
+            At::LookAhead => self.look_ahead.take(),
         };
         let moved: Option<Vec<ParamId>> = kept.as_ref().map(|kept| kept.iter().copied().collect());
         let weights = match kept {
@@ -117,10 +116,12 @@ impl<O> Sam<O> {
         }
         self.family.set_look_ahead_rho(self.config.rho_at(lr));
         self.publish_passes();
-        if at_weights {
-            self.look_ahead = None;
-            return Ok((weights, report));
+        match at {
+            At::Weights => {
+                self.look_ahead = None;
+                Ok((weights, report))
+            }
+            At::LookAhead => Ok((self.look_ahead(weights), report)),
         }
-        Ok((self.look_ahead(weights), report))
     }
 }

@@ -5,89 +5,77 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::phases::Descent;
-use super::{Sam, SamRecord, StepReport};
+use super::phases::{At, Descent};
+use super::{Sam, SamRecord};
 use crate::error::{SamError, StepError};
 use crate::family::VariantRecord;
 use crate::label::{Resume, SamRecordLabel};
 use crate::merge::merge_devices;
 use crate::protocol::{check_handed_scale, Handover};
-use crate::variant::SamVariant;
+
+/// What one `Optimizer::step` call is, decided before it runs ([`Sam::phase`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// [`Sam::ascend`].
+    Ascent,
+    /// [`Sam::descend`]: after an ascent, a one-pass step, or Momentum-SAM's direct step.
+    Descent,
+    /// Momentum-SAM's step under a strategy, which holds the model at `w`.
+    LookAheadAtWeights,
+    /// Data-parallel SAM with local ascents ([`Handover::LocalDescent`]): each replica moved
+    /// its own copy of the module with its own gradient, and the gradients are the
+    /// combination of the replicas' gradients at their perturbed weights. Steps the module,
+    /// which stayed at `w`; the report's `ascent_grad_norm` is NaN (each replica had its own).
+    LocalDescent,
+}
 
 impl<O> Sam<O> {
-    /// The ascent, or the descent when one is pending or the step takes one pass.
-    fn next_phase<M, B>(
-        &mut self,
-        lr: LearningRate,
-        module: M,
-        grads: GradientsParams,
-    ) -> Result<M, StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-        O: Optimizer<M, B>,
-    {
-        match self.needs_ascent() {
-            true => self.ascend(lr, module, grads),
-            false => self.descend(lr, module, grads).map(|(module, _)| module),
-        }
-    }
-
-    /// A strategy's phase: the scale it says its losses carry vouches for the gradients.
-    fn take_handover<M, B>(
-        &mut self,
-        lr: LearningRate,
-        module: M,
-        grads: GradientsParams,
-        handover: Handover,
-    ) -> Result<M, StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-        O: Optimizer<M, B>,
-    {
+    /// The phase a `step` call with `handover` (`None`: a direct call) is, or why the call is
+    /// refused. A strategy's scale must be the optimizer's; a direct call needs
+    /// [`Sam::step_per_pass`] and then alternates ascent and descent; local descents are
+    /// SAM's alone, and never while an ascent waits.
+    pub(super) fn phase(&self, handover: Option<Handover>) -> Result<Phase, SamError> {
+        let Some(handover) = handover else {
+            return match (self.step_per_pass, self.needs_ascent()) {
+                (false, _) => Err(self.unlinked_step()),
+                (true, true) => Ok(Phase::Ascent),
+                (true, false) => Ok(Phase::Descent),
+            };
+        };
         let expected = self.precision.scaler().map(|_| self.loss_scale());
-        or_hand_back!(check_handed_scale(handover.loss_scale(), expected), module);
-        self.precision.handle().vouch_scaled();
+        check_handed_scale(handover.loss_scale(), expected)?;
         match handover {
-            Handover::Gradient { .. } if self.is_momentum_sam() => self
-                .step_look_ahead(lr, module, grads, true)
-                .map(|(module, _)| module),
-            Handover::Gradient { .. } => self.next_phase(lr, module, grads),
-            Handover::LocalDescent { .. } => self
-                .descend_local(lr, module, grads)
-                .map(|(module, _)| module),
+            Handover::Gradient { .. } if self.is_momentum_sam() => Ok(Phase::LookAheadAtWeights),
+            Handover::Gradient { .. } if self.needs_ascent() => Ok(Phase::Ascent),
+            Handover::Gradient { .. } => Ok(Phase::Descent),
+            Handover::LocalDescent { .. } if self.pending.is_some() => Err(SamError::AscentPending),
+            Handover::LocalDescent { .. } => {
+                self.config.variant.check_local_ascent()?;
+                Ok(Phase::LocalDescent)
+            }
         }
     }
 
-    /// The step of data-parallel SAM with local ascents ([`Handover::LocalDescent`]): each
-    /// replica moved its own copy of `module` with its own gradient, and `grads` is the
-    /// combination of the replicas' gradients at their perturbed weights. Steps `module`, which
-    /// stayed at `w`, like [`Sam::descend`]; the report's `ascent_grad_norm` is NaN (each
-    /// replica had its own). Refused while an ascent is pending, and for variants other than
-    /// SAM, whose rules join one ascent to one descent.
-    fn descend_local<M, B>(
+    /// Runs `phase` (a strategy's hand-over has vouched for the gradients' scale already).
+    fn run_phase<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-    ) -> Result<(M, StepReport), StepError<M>>
+        phase: Phase,
+    ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        if self.pending.is_some() {
-            return Err(StepError::new(module, SamError::AscentPending));
-        }
-        if self.config.variant != SamVariant::Sam {
-            let variant = self.config.variant.name();
-            return Err(StepError::new(
-                module,
-                SamError::LocalAscentVariant { variant },
-            ));
-        }
-        self.step_descent(lr, module, grads, Descent::Local)
+        let stepped = match phase {
+            Phase::Ascent => return self.ascend(lr, module, grads),
+            Phase::Descent => self.descend(lr, module, grads),
+            Phase::LookAheadAtWeights => self.step_look_ahead(lr, module, grads, At::Weights),
+            Phase::LocalDescent => self.step_descent(lr, module, grads, Descent::Local),
+        };
+        stepped.map(|(module, _)| module)
     }
 }
 
@@ -113,10 +101,15 @@ where
     type Record = (O::Record, SamRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        let stepped = match self.precision.handle().take_handover() {
-            Ok(Some(handover)) => self.take_handover(lr, module, grads, handover),
-            Ok(None) if self.step_per_pass => self.next_phase(lr, module, grads),
-            Ok(None) => Err(StepError::new(module, self.unlinked_step())),
+        let handle = self.precision.handle().clone();
+        let handover = handle.take_handover();
+        let stepped = match handover.and_then(|handover| Ok((handover, self.phase(handover)?))) {
+            Ok((handover, phase)) => {
+                if handover.is_some() {
+                    handle.vouch_scaled();
+                }
+                self.run_phase(lr, module, grads, phase)
+            }
             Err(error) => Err(StepError::new(module, error)),
         };
         stepped.unwrap_or_else(|error| panic!("{error}"))

@@ -27,6 +27,16 @@ pub(super) struct Pending {
     perturbed: bool,
 }
 
+/// Where the module a Momentum-SAM step gets is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum At {
+    /// At `w`: a strategy's hand-over (the strategy keeps the model at `w`).
+    Weights,
+    /// At the `w~` this optimizer handed out: a direct call; `w` comes back from the kept
+    /// weights.
+    LookAhead,
+}
+
 impl Pending {
     /// A one-pass step's: nothing perturbed, nothing kept, the scale update still to make.
     fn single_pass() -> Self {
@@ -149,7 +159,7 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         if self.is_momentum_sam() {
-            return self.step_look_ahead(lr, module, grads, false);
+            return self.step_look_ahead(lr, module, grads, At::LookAhead);
         }
         let descent = match self.pending.is_some() {
             true => Descent::AfterAscent,

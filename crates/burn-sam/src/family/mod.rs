@@ -6,18 +6,22 @@
 //! gradients it combines, so it runs on scaled gradients and yields scaled ones; only state
 //! kept across steps (whose scale may differ) is stored unscaled.
 
+mod ascent;
+mod descent;
+
 use std::collections::HashSet;
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, ParamId};
 use burn::optim::GradientsParams;
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
+use ascent::AscentRule;
+use descent::{gsam_sums, DescentMap, DescentRule};
+
 use crate::error::SamError;
-use crate::float::widen;
-use crate::grad_map::{map_grads, GradMap, ParamGrad};
-use crate::norm::squared_norm;
+use crate::grad_map::map_grads;
 use crate::param_map::ParamMap;
 use crate::protocol::Passes;
 use crate::state::ParamState;
@@ -181,21 +185,10 @@ impl FamilyRules {
     {
         let rule = match self.variant {
             SamVariant::Gsam { alpha } => {
-                let Some((dot, ascent_squares)) = gsam_sums::<B, M>(module, &grads, ascent_grads)
-                else {
+                let Some(sums) = gsam_sums::<B, M>(module, &grads, ascent_grads) else {
                     return grads;
                 };
-                // GSAM's `cos * ||g|| / (||g_p|| + eps)` with the authors' eps placement, from
-                // unscaled sums; it stays a device scalar: no read.
-                let scale = f64::from(loss_scale);
-                let ascent_norm = ascent_squares.sqrt().div_scalar(scale);
-                let cosine = dot.div_scalar(scale * scale).div(
-                    ascent_norm
-                        .clone()
-                        .mul_scalar(grad_norm)
-                        .add_scalar(self.eps),
-                );
-                let coefficient = (cosine * ascent_norm).div_scalar(grad_norm + self.eps);
+                let coefficient = self.gsam_coefficient(sums, loss_scale, grad_norm);
                 DescentRule::Gsam { alpha, coefficient }
             }
             SamVariant::LookSam { alpha, .. } if ascent_grads.is_empty() => {
@@ -231,6 +224,25 @@ impl FamilyRules {
             self.state = state;
         }
         out
+    }
+
+    /// GSAM's `cos * ||g|| / (||g_p|| + eps)` with the authors' eps placement, from the
+    /// scaled sums `<g, g_p>` and `||g||^2`; it stays a device scalar: no read.
+    fn gsam_coefficient<B: Backend>(
+        &self,
+        (dot, ascent_squares): (Tensor<B, 1>, Tensor<B, 1>),
+        loss_scale: f32,
+        grad_norm: f64,
+    ) -> Tensor<B, 1> {
+        let scale = f64::from(loss_scale);
+        let ascent_norm = ascent_squares.sqrt().div_scalar(scale);
+        let cosine = dot.div_scalar(scale * scale).div(
+            ascent_norm
+                .clone()
+                .mul_scalar(grad_norm)
+                .add_scalar(self.eps),
+        );
+        (cosine * ascent_norm).div_scalar(grad_norm + self.eps)
     }
 
     /// Counts a finished step: LookSAM's cycle moves on only with steps that did their part
@@ -280,233 +292,9 @@ fn broadcast<B: Backend, const D: usize>(scalar: Tensor<B, 1>) -> Tensor<B, D> {
     scalar.reshape([1; D])
 }
 
-struct AscentRule<'a> {
-    rules: &'a FamilyRules,
-    picked: Option<&'a HashSet<ParamId>>,
-    keep: bool,
-    momentum: Option<(f64, f64)>,
-    inverse_scale: f64,
-    loss_scale: f64,
-    ascent_grads: ParamMap,
-    state: ParamState<f64>,
-}
-
-impl<B: Backend> GradMap<B> for AscentRule<'_> {
-    fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
-        let ParamGrad {
-            id, tensor: grad, ..
-        } = param;
-        let grad = widen(grad);
-        if self.keep {
-            self.ascent_grads.insert(id, grad.clone());
-        }
-        let picked = self.picked.is_none_or(|picked| picked.contains(&id));
-        let Some((sigma, lambda)) = self.momentum.filter(|_| picked) else {
-            return Some(grad);
-        };
-        let unscaled = if self.inverse_scale == 1.0 {
-            grad.clone()
-        } else {
-            grad.clone().mul_scalar(self.inverse_scale)
-        };
-        let Some(momentum) = state_like(&self.rules.state, &id, &grad) else {
-            self.state.insert(id, unscaled);
-            return Some(grad);
-        };
-        let direction = grad - momentum.clone().mul_scalar(sigma * self.loss_scale);
-        self.state
-            .insert(id, lerp(momentum, unscaled, 1.0 - lambda));
-        Some(direction)
-    }
-}
-
-/// `start + weight * (end - start)`, rounded as `torch.lerp` rounds it (from the nearer end),
-/// so that Friendly-SAM's momentum follows pytorch_optimizer's bit for bit.
-fn lerp<B: Backend, const D: usize>(
-    start: Tensor<B, D>,
-    end: Tensor<B, D>,
-    weight: f64,
-) -> Tensor<B, D> {
-    let difference = end.clone() - start.clone();
-    if weight.abs() < 0.5 {
-        start + difference.mul_scalar(weight)
-    } else {
-        end - difference.mul_scalar(1.0 - weight)
-    }
-}
-
-type Scalar<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 1>;
-
-/// `<g, g_p>` and `||g||^2` over the parameters with both gradients, as device scalars.
-fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
-    module: &M,
-    grads: &GradientsParams,
-    ascent_grads: &ParamMap,
-) -> Option<(Scalar<B>, Scalar<B>)> {
-    struct Sums<'a, B: AutodiffBackend> {
-        grads: &'a GradientsParams,
-        ascent_grads: &'a ParamMap,
-        sums: Option<(Scalar<B>, Scalar<B>)>,
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Sums<'_, B> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let (Some(grad), Some(ascent)) = (
-                self.grads.get::<B::InnerBackend, D>(param.id),
-                self.ascent_grads
-                    .get::<Tensor<B::InnerBackend, D>>(&param.id),
-            ) else {
-                return;
-            };
-            let dot = (ascent.clone() * widen(grad)).sum();
-            let squares = squared_norm(ascent.clone());
-            self.sums = Some(match self.sums.take() {
-                Some((dots, sum)) => (dots + dot, sum + squares),
-                None => (dot, squares),
-            });
-        }
-    }
-    let mut sums = Sums::<B> {
-        grads,
-        ascent_grads,
-        sums: None,
-    };
-    module.visit(&mut sums);
-    sums.sums
-}
-
-enum DescentRule<'a, B: Backend> {
-    /// `g_p - alpha * (g - coefficient * g_p)`.
-    Gsam {
-        alpha: f64,
-        coefficient: Tensor<B, 1>,
-    },
-    /// A full LookSAM step: stores `g_v` (unscaled), steps with `g_s` unchanged.
-    LookSamKeep {
-        eps: f64,
-        inverse_scale: f64,
-        state: ParamState<f64>,
-    },
-    /// A one-pass LookSAM step: `g + alpha * ||g|| / (||g_v|| + 1e-8) * g_v`.
-    LookSamReuse {
-        alpha: f64,
-        state: &'a ParamState<f64>,
-    },
-    /// Momentum-SAM: steps with `g` unchanged and stores `v <- mu * v + g` (unscaled; `g`
-    /// on the first step).
-    Momentum {
-        mu: f64,
-        inverse_scale: f64,
-        old: ParamState<f64>,
-        new: ParamState<f64>,
-    },
-}
-
-struct DescentMap<'a, B: Backend> {
-    ascent_grads: &'a ParamMap,
-    rule: DescentRule<'a, B>,
-}
-
-impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
-    fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
-        let ParamGrad {
-            id, tensor: grad, ..
-        } = param;
-        let grad = widen(grad);
-        let ascent = self.ascent_grads.get::<Tensor<B, D>>(&id).cloned();
-        let norm = |x: Tensor<B, D>| squared_norm(x).sqrt();
-        let grad = match (&mut self.rule, ascent) {
-            (DescentRule::Gsam { alpha, coefficient }, Some(ascent)) => {
-                let parallel = grad.clone() * broadcast(coefficient.clone());
-                grad - (ascent - parallel).mul_scalar(*alpha)
-            }
-            (
-                DescentRule::LookSamKeep {
-                    eps,
-                    inverse_scale,
-                    state,
-                },
-                Some(ascent),
-            ) => {
-                // pytorch_optimizer 4.1.0: g_v = g_s - ||g_s|| <g^, g_s^> g^ with x^ = x / max(||x||, eps).
-                let ascent_unit = ascent.clone() / broadcast(norm(ascent).clamp_min(*eps));
-                let grad_norm = norm(grad.clone());
-                let grad_unit = grad.clone() / broadcast(grad_norm.clone().clamp_min(*eps));
-                let cosine = (ascent_unit.clone() * grad_unit).sum();
-                let direction = grad.clone() - ascent_unit * broadcast(grad_norm * cosine);
-                state.insert(id, direction.mul_scalar(*inverse_scale));
-                grad
-            }
-            (DescentRule::LookSamReuse { alpha, state }, _) => {
-                match state_like(state, &id, &grad) {
-                    Some(direction) => {
-                        let ratio = norm(grad.clone()) / norm(direction.clone()).add_scalar(1e-8);
-                        grad + direction * broadcast(ratio.mul_scalar(*alpha))
-                    }
-                    None => grad,
-                }
-            }
-            (
-                DescentRule::Momentum {
-                    mu,
-                    inverse_scale,
-                    old,
-                    new,
-                },
-                _,
-            ) => {
-                let unscaled = match *inverse_scale == 1.0 {
-                    true => grad.clone(),
-                    false => grad.clone().mul_scalar(*inverse_scale),
-                };
-                let momentum = match old.take(&id, grad.shape(), &grad.device(), grad.dtype()) {
-                    Some(momentum) => momentum.mul_scalar(*mu) + unscaled,
-                    None => unscaled,
-                };
-                new.insert(id, momentum);
-                grad
-            }
-            _ => grad,
-        };
-        Some(grad)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use burn::backend::Flex;
-
     use super::*;
-
-    fn values(tensor: Tensor<Flex, 1>) -> Vec<f32> {
-        tensor.into_data().to_vec().unwrap()
-    }
-
-    #[test]
-    fn lerp_rounds_from_the_nearer_end() {
-        let device = Default::default();
-        let start = Tensor::<Flex, 1>::from_floats([0.1, -3.3, 7.7], &device);
-        let end = Tensor::<Flex, 1>::from_floats([0.7, 1e-3, -2.9], &device);
-        // `start + 1 * (end - start)` is not `end` in f32 for these values; torch.lerp's is.
-        assert_eq!(
-            values(lerp(start.clone(), end.clone(), 1.0)),
-            values(end.clone())
-        );
-        assert_eq!(
-            values(lerp(start.clone(), end.clone(), 0.0)),
-            values(start.clone())
-        );
-        let at = |weight: f32| -> Vec<f32> {
-            let (a, b) = ([0.1f32, -3.3, 7.7], [0.7f32, 1e-3, -2.9]);
-            (0..3)
-                .map(|i| match weight < 0.5 {
-                    true => a[i] + weight * (b[i] - a[i]),
-                    false => b[i] - (1.0 - weight) * (b[i] - a[i]),
-                })
-                .collect()
-        };
-        assert_eq!(values(lerp(start.clone(), end.clone(), 0.25)), at(0.25));
-        assert_eq!(values(lerp(start, end, 0.75)), at(0.75));
-    }
 
     #[test]
     fn looksam_takes_one_pass_between_full_steps() {

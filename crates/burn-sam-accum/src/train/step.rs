@@ -1,0 +1,118 @@
+//! One optimizer step inside the `Learner`: each pass the optimizer's next step takes, its
+//! gradient combined over the replicas and handed over to `Optimizer::step` (the
+//! [`burn_sam::strategy`] protocol).
+
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsParams, LearningRate};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::Tensor;
+use burn::train::{Learner, LearningComponentsTypes, TrainingModel};
+use burn_sam::strategy::{map_grads, GradMap, Handover, ParamGrad, Passes};
+
+use super::replicas::LocalAscent;
+use super::{Ascent, Input, Output, SamTraining};
+use crate::optimizer::WindowOptimizer;
+
+impl<LC> SamTraining<LC>
+where
+    LC: LearningComponentsTypes + 'static,
+    LC::Optimizer: WindowOptimizer<TrainingModel<LC>, LC::Backend>,
+    Input<LC>: Clone,
+{
+    /// What local ascents perturb with at learning rate `lr`: SAM's configuration, when the
+    /// optimizer is SAM and the ascents are local.
+    fn local_ascent(&self, lr: LearningRate) -> LocalAscent<'_> {
+        match self.ascent {
+            Ascent::Local => self.sam.as_ref().map(|config| (config, lr)),
+            Ascent::Synced => None,
+        }
+    }
+
+    /// One pass's gradient at the learner's model, losses scaled by `loss_scale`, in the form
+    /// the optimizer steps with, and the `TrainStep` outputs.
+    fn gradient(
+        &self,
+        learner: &Learner<LC>,
+        shards: Vec<Vec<Input<LC>>>,
+        weights: &[Vec<f64>],
+        loss_scale: Option<f32>,
+        local: LocalAscent<'_>,
+    ) -> (GradientsParams, Vec<Vec<Output<LC>>>) {
+        // Momentum-SAM's passes run at its look-ahead; the learner's model stays at `w`.
+        let model = self.link.look_ahead(learner.model());
+        let combined = self
+            .replicas
+            .gradient(&model, shards, weights, loss_scale, local);
+        let wide = <LC::Optimizer as WindowOptimizer<_, _>>::WIDE_GRADIENTS;
+        let grads = match combined.as_came || wide {
+            true => combined.grads,
+            false => cast_to_params(&model, combined.grads),
+        };
+        (grads, combined.outputs)
+    }
+
+    /// One optimizer step from the replicas' windows: each pass the optimizer's next step
+    /// takes, its gradient handed over to `Optimizer::step` (the [`burn_sam::strategy`]
+    /// protocol). `report` gets the first pass's `TrainStep` outputs, replica by replica,
+    /// before the optimizer steps: the metrics read the losses while the step runs, as in the
+    /// runs whose kernels `tests/vulkan_fused_kernels.rs` counts.
+    pub(super) fn optimizer_step(
+        &self,
+        learner: &mut Learner<LC>,
+        mut shards: Vec<Vec<Input<LC>>>,
+        weights: &[Vec<f64>],
+        lr: LearningRate,
+        mut report: impl FnMut(Vec<Vec<Output<LC>>>),
+    ) {
+        let next = self.link.next_step();
+        if let (Passes::Two, Some(local)) = (next.passes, self.local_ascent(lr)) {
+            let loss_scale = next.loss_scale;
+            let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, Some(local));
+            report(outputs);
+            self.step_linked(learner, grads, Handover::LocalDescent { loss_scale });
+            return;
+        }
+        let passes = next.passes.count();
+        for pass in 1..=passes {
+            let shards = match pass < passes {
+                true => shards.clone(),
+                false => std::mem::take(&mut shards),
+            };
+            // An overflowing ascent backs the scale off before the descent's pass.
+            let loss_scale = self.link.next_step().loss_scale;
+            let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, None);
+            if pass == 1 {
+                report(outputs);
+            }
+            self.step_linked(learner, grads, Handover::Gradient { loss_scale });
+        }
+    }
+
+    /// `Optimizer::step` on the learner's optimizer with `handover`.
+    ///
+    /// # Panics
+    /// When the learner's optimizer is not the one this strategy was built from (nor a clone):
+    /// its first step stops, rather than every step running the wrong passes.
+    fn step_linked(&self, learner: &mut Learner<LC>, grads: GradientsParams, handover: Handover) {
+        self.link.hand_over(handover);
+        learner.optimizer_step(grads);
+        if let Err(error) = self.link.check_taken() {
+            panic!("{error}");
+        }
+    }
+}
+
+/// Casts each gradient to its parameter's float type: a plain optimizer steps f16 parameters
+/// with f16 gradients (accumulation itself ran in f32).
+fn cast_to_params<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: GradientsParams,
+) -> GradientsParams {
+    struct Cast;
+    impl<B: Backend> GradMap<B> for Cast {
+        fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+            Some(param.tensor.cast(param.dtype))
+        }
+    }
+    map_grads(module, grads, &mut Cast).0
+}
