@@ -163,11 +163,7 @@ impl AccumulationConfig {
     /// [`AccumulationConfig::try_init`] returns it instead.
     #[track_caller]
     pub fn init<O>(&self, optimizer: O) -> Accumulation<O> {
-        // `panic!` in this body, not in a closure, so that `track_caller` names the caller.
-        match self.try_init(optimizer) {
-            Ok(accumulation) => accumulation,
-            Err(error) => panic!("{error}"),
-        }
+        ConfigError::or_panic(self.try_init(optimizer))
     }
 
     /// Wraps `optimizer`, or says which field is invalid.

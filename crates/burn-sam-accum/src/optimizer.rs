@@ -3,14 +3,16 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{LearningRate, Optimizer, SimpleOptimizer};
+use burn::optim::{GradientsParams, LearningRate, Optimizer, SimpleOptimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn_sam::strategy::{guarded_step, or_hand_back};
-use burn_sam::{LossScaleHandle, LossScaled, Sam, SamConfig, StepError, StepReport};
+use burn_sam::{
+    LossScaleHandle, LossScaled, Sam, SamConfig, ScaledStepReport, StepError, StepReport,
+};
 
 use crate::ascent::Ascent;
 use crate::error::AccumError;
-use crate::sam_window;
+use crate::sam_window::SamWindow;
 use crate::window::Window;
 
 /// What one window's step did.
@@ -74,6 +76,30 @@ pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M
     ) -> Result<(M, WindowReport), StepError<M, AccumError>>;
 }
 
+/// A step without SAM from the window's gradient (losses scaled through `handle`): what Burn's
+/// optimizers and `LossScaled` share, `step` being each one's guarded step.
+fn guarded_window_step<M, B, T>(
+    module: M,
+    window: &mut Window<'_, M, T, B>,
+    handle: &LossScaleHandle,
+    step: impl FnOnce(M, GradientsParams) -> Result<(M, ScaledStepReport), StepError<M>>,
+) -> Result<(M, WindowReport), StepError<M, AccumError>>
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    let grads = or_hand_back!(window.gradient(&module, handle), module);
+    let (module, step) = step(module, grads).map_err(StepError::convert)?;
+    let report = WindowReport {
+        applied: step.applied,
+        micro_batches: window.len(),
+        grad_norm: step.grad_norm,
+        loss_scale: step.loss_scale,
+        sam: None,
+    };
+    Ok((module, report))
+}
+
 impl<O, M, B> WindowOptimizer<M, B> for OptimizerAdaptor<O, M, B>
 where
     O: SimpleOptimizer<B::InnerBackend>,
@@ -93,19 +119,10 @@ where
         window: &mut Window<'_, M, T, B>,
         _ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
-        let grads = or_hand_back!(
-            window.gradient(&module, &LossScaleHandle::unscaled()),
-            module
-        );
-        let (module, step) = guarded_step(self, lr, module, grads).map_err(StepError::convert)?;
-        let report = WindowReport {
-            applied: step.applied,
-            micro_batches: window.len(),
-            grad_norm: step.grad_norm,
-            loss_scale: 1.0,
-            sam: None,
-        };
-        Ok((module, report))
+        let unscaled = LossScaleHandle::unscaled();
+        guarded_window_step(module, window, &unscaled, |module, grads| {
+            guarded_step(self, lr, module, grads)
+        })
     }
 }
 
@@ -128,18 +145,10 @@ where
         window: &mut Window<'_, M, T, B>,
         _ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
-        let grads = or_hand_back!(window.gradient(&module, &self.loss_scale_handle()), module);
-        let (module, step) = self
-            .try_step(lr, module, grads)
-            .map_err(StepError::convert)?;
-        let report = WindowReport {
-            applied: step.applied,
-            micro_batches: window.len(),
-            grad_norm: step.grad_norm,
-            loss_scale: step.loss_scale,
-            sam: None,
-        };
-        Ok((module, report))
+        let handle = self.loss_scale_handle();
+        guarded_window_step(module, window, &handle, |module, grads| {
+            self.try_step(lr, module, grads)
+        })
     }
 }
 
@@ -170,14 +179,19 @@ where
         window: &mut Window<'_, M, T, B>,
         ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
-        let loss_scale = self.loss_scale();
+        let (loss_scale, micro_batches) = (self.loss_scale(), window.len());
+        let sam_window = SamWindow {
+            sam: self,
+            lr,
+            window,
+        };
         let (module, step) = match ascent {
-            Ascent::Synced => sam_window::synced(self, lr, module, window)?,
-            Ascent::Local => sam_window::local(self, lr, module, window)?,
+            Ascent::Synced => sam_window.synced(module)?,
+            Ascent::Local => sam_window.local(module)?,
         };
         let report = WindowReport {
             applied: step.outcome.applied(),
-            micro_batches: window.len(),
+            micro_batches,
             grad_norm: step.descent_grad_norm,
             loss_scale,
             sam: Some(step),

@@ -13,75 +13,72 @@ use crate::window::Window;
 
 type WindowResult<M> = Result<(M, StepReport), StepError<M, AccumError>>;
 
-/// SAM on the large batch: the ascent with the window's gradient at `w`, the descent with the
-/// window's gradient at `w + e`; a one-pass step (LookSAM) descends with the gradient at `w`.
-pub(crate) fn synced<O, M, B, T>(
-    sam: &mut Sam<O>,
-    lr: LearningRate,
-    module: M,
-    window: &mut Window<'_, M, T, B>,
-) -> WindowResult<M>
-where
-    O: Optimizer<M, B>,
-    M: AutodiffModule<B>,
-    B: AutodiffBackend,
-{
-    let scale = sam.loss_scale_handle();
-    let grads = or_hand_back!(window.gradient(&module, &scale), module);
-    if !sam.needs_ascent() {
-        return sam.descend(lr, module, grads).map_err(StepError::convert);
-    }
-    let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
-    if ascent_overflowed(sam) {
-        return sam.skip(perturbed).map_err(StepError::convert);
-    }
-    match window.gradient(&perturbed, &scale) {
-        Ok(grads) => sam
-            .descend(lr, perturbed, grads)
-            .map_err(StepError::convert),
-        Err(error) => Err(abandon(sam, perturbed, error)),
-    }
+/// One SAM step with learning rate `lr` from `window`'s micro-batches.
+pub(crate) struct SamWindow<'a, 'w, O, M, T, B: AutodiffBackend> {
+    pub sam: &'a mut Sam<O>,
+    pub lr: LearningRate,
+    pub window: &'a mut Window<'w, M, T, B>,
 }
 
-/// m-sharpness: micro-batch `i` is perturbed by its own gradient and contributes
-/// `w_i * grad L_i(w + e_i)`; the last descent steps with the sum.
-pub(crate) fn local<O, M, B, T>(
-    sam: &mut Sam<O>,
-    lr: LearningRate,
-    mut module: M,
-    window: &mut Window<'_, M, T, B>,
-) -> WindowResult<M>
+impl<O, M, T, B> SamWindow<'_, '_, O, M, T, B>
 where
     O: Optimizer<M, B>,
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    or_hand_back!(sam.config().variant.check_local_ascent(), module);
-    let scale = sam.loss_scale_handle();
-    let mut descent = WeightedSum::default();
-    let last = window.len() - 1;
-    let mut index = 0;
-    loop {
-        // The perturbation divides by the norm: the ascent gradient needs no weight.
-        let grads = or_hand_back!(window.micro_gradient(index, &module, &scale, 1.0), module);
+    /// SAM on the large batch: the ascent with the window's gradient at `w`, the descent with
+    /// the window's gradient at `w + e`; a one-pass step (LookSAM) descends with the gradient
+    /// at `w`.
+    pub fn synced(self, module: M) -> WindowResult<M> {
+        let Self { sam, lr, window } = self;
+        let scale = sam.loss_scale_handle();
+        let grads = or_hand_back!(window.gradient(&module, &scale), module);
+        if !sam.needs_ascent() {
+            return sam.descend(lr, module, grads).map_err(StepError::convert);
+        }
         let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
         if ascent_overflowed(sam) {
             return sam.skip(perturbed).map_err(StepError::convert);
         }
-        let weight = window.weight(index);
-        let added = window
-            .micro_gradient(index, &perturbed, &scale, weight)
-            .and_then(|grads| Ok(descent.add(&perturbed, grads, 1.0)?));
-        if let Err(error) = added {
-            return Err(abandon(sam, perturbed, error));
+        match window.gradient(&perturbed, &scale) {
+            Ok(grads) => sam
+                .descend(lr, perturbed, grads)
+                .map_err(StepError::convert),
+            Err(error) => Err(abandon(sam, perturbed, error)),
         }
-        if index == last {
-            return sam
-                .descend(lr, perturbed, descent.into_grads())
-                .map_err(StepError::convert);
+    }
+
+    /// m-sharpness: micro-batch `i` is perturbed by its own gradient and contributes
+    /// `w_i * grad L_i(w + e_i)`; the last descent steps with the sum.
+    pub fn local(self, mut module: M) -> WindowResult<M> {
+        let Self { sam, lr, window } = self;
+        or_hand_back!(sam.config().variant.check_local_ascent(), module);
+        let scale = sam.loss_scale_handle();
+        let mut descent = WeightedSum::default();
+        let last = window.len() - 1;
+        let mut index = 0;
+        loop {
+            // The perturbation divides by the norm: the ascent gradient needs no weight.
+            let grads = or_hand_back!(window.micro_gradient(index, &module, &scale, 1.0), module);
+            let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
+            if ascent_overflowed(sam) {
+                return sam.skip(perturbed).map_err(StepError::convert);
+            }
+            let weight = window.weight(index);
+            let added = window
+                .micro_gradient(index, &perturbed, &scale, weight)
+                .and_then(|grads| Ok(descent.add(&perturbed, grads, 1.0)?));
+            if let Err(error) = added {
+                return Err(abandon(sam, perturbed, error));
+            }
+            if index == last {
+                return sam
+                    .descend(lr, perturbed, descent.into_grads())
+                    .map_err(StepError::convert);
+            }
+            module = sam.restore(perturbed).map_err(StepError::convert)?;
+            index += 1;
         }
-        module = sam.restore(perturbed).map_err(StepError::convert)?;
-        index += 1;
     }
 }
 

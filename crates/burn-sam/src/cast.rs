@@ -4,8 +4,9 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
-use crate::error::{SamError, StepError};
+use crate::error::SamError;
 use crate::float::tracked;
+use crate::hand_back::StepError;
 
 /// Casts every float tensor of `module` to `dtype`, keeping parameter ids and
 /// `require_grad` flags: how to train in f16 on a device whose default float type is f32.

@@ -1,5 +1,5 @@
-//! The crate's errors: invalid configurations, misuse of an optimizer's protocol, the loss
-//! scale's hard stop, and [`StepError`], which hands the module back with any of them.
+//! The crate's errors: invalid configurations, misuse of an optimizer's protocol and the loss
+//! scale's hard stop.
 
 use core::fmt;
 
@@ -44,6 +44,26 @@ impl ConfigError {
             value,
             allowed,
         })
+    }
+}
+
+impl ConfigError {
+    /// `result`'s value, or a panic with its error's message: what every configuration's
+    /// `init` does with its `try_init`. The panic names the caller of a `#[track_caller]`
+    /// function that calls this.
+    ///
+    /// ```
+    /// use burn_sam::ConfigError;
+    ///
+    /// let valid = ConfigError::check("MyConfig", "rho", 0.1, "finite and >= 0", true);
+    /// assert_eq!(ConfigError::or_panic(valid.map(|()| 0.1)), 0.1);
+    /// ```
+    #[track_caller]
+    pub fn or_panic<T>(result: Result<T, Self>) -> T {
+        match result {
+            Ok(value) => value,
+            Err(error) => panic!("{error}"),
+        }
     }
 }
 
@@ -344,117 +364,3 @@ fn record_mismatch(
 }
 
 impl std::error::Error for SamError {}
-
-/// An error from a call that took the module by value, with the module handed back: the
-/// weights as they were before the call (a pending ascent is undone), or the stepped weights
-/// when the step itself succeeded and only what follows it failed (the loss scale's hard stop).
-///
-/// It converts into `Box<dyn Error>` like any error, so `?` works; match on it to keep
-/// training with the module.
-///
-/// ```
-/// use burn::backend::{Autodiff, Flex};
-/// use burn::nn::{Linear, LinearConfig};
-/// use burn::optim::{GradientsParams, SgdConfig};
-/// use burn::tensor::Tensor;
-/// use burn_sam::{SamConfig, SamError};
-///
-/// type B = Autodiff<Flex>;
-/// let device = Default::default();
-/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
-/// let mut sam = SamConfig::new().init(SgdConfig::new().init());
-/// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
-/// let grads = GradientsParams::from_grads(loss.backward(), &model);
-///
-/// // A descent without an ascent: refused, and the model comes back.
-/// let error = sam.descend(0.1, model, grads).unwrap_err();
-/// assert_eq!(error.error, SamError::DescentWithoutAscent);
-/// let model = error.module;
-/// ```
-pub struct StepError<M, E = SamError> {
-    /// The module, handed back.
-    pub module: M,
-    /// What went wrong.
-    pub error: E,
-}
-
-impl<M, E> StepError<M, E> {
-    pub(crate) fn new(module: M, error: impl Into<E>) -> Self {
-        Self {
-            module,
-            error: error.into(),
-        }
-    }
-
-    /// The module, dropping the error.
-    pub fn into_module(self) -> M {
-        self.module
-    }
-
-    /// The same module with the error converted, e.g. into a wider error type.
-    pub fn map_error<F>(self, map: impl FnOnce(E) -> F) -> StepError<M, F> {
-        StepError {
-            module: self.module,
-            error: map(self.error),
-        }
-    }
-
-    /// The same module with the error converted by `From`: `.map_err(StepError::convert)?`
-    /// where a caller's error type wraps this one.
-    pub fn convert<F: From<E>>(self) -> StepError<M, F> {
-        self.map_error(F::from)
-    }
-}
-
-impl<M, E: fmt::Debug> fmt::Debug for StepError<M, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StepError")
-            .field("error", &self.error)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<M, E: fmt::Display> fmt::Display for StepError<M, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl<M, E: std::error::Error + 'static> std::error::Error for StepError<M, E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.error.source()
-    }
-}
-
-/// `$result`'s value, or a return of `Err(StepError)` that hands `$module` back with the error
-/// (converted with `Into`): how every call that takes a module by value keeps it on failure.
-///
-/// ```
-/// use burn_sam::strategy::or_hand_back;
-/// use burn_sam::{SamError, StepError};
-///
-/// fn check(module: Vec<f32>) -> Result<Vec<f32>, StepError<Vec<f32>>> {
-///     let len = or_hand_back!(
-///         if module.is_empty() { Err(SamError::DescentWithoutAscent) } else { Ok(module.len()) },
-///         module
-///     );
-///     assert!(len > 0);
-///     Ok(module)
-/// }
-/// assert_eq!(check(Vec::new()).unwrap_err().module, Vec::<f32>::new());
-/// ```
-#[macro_export]
-#[doc(hidden)]
-macro_rules! or_hand_back {
-    ($result:expr, $module:expr) => {
-        match $result {
-            Ok(value) => value,
-            Err(error) => {
-                return Err($crate::StepError {
-                    module: $module,
-                    error: ::core::convert::Into::into(error),
-                })
-            }
-        }
-    };
-}

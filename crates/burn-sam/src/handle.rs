@@ -199,3 +199,52 @@ mod in_flight {
         IN_FLIGHT.get()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HANDOVER: Handover = Handover::Gradient { loss_scale: None };
+
+    #[test]
+    fn a_handover_is_taken_once_by_the_call_it_was_made_for() {
+        let handle = LossScaleHandle::new(None);
+        handle.hand_over(HANDOVER);
+        assert_eq!(handle.take_handover(), Ok(Some(HANDOVER)));
+        assert_eq!(handle.check_taken(), Ok(()));
+        // The next call without one is a direct call.
+        assert_eq!(handle.take_handover(), Ok(None));
+    }
+
+    #[test]
+    fn a_handover_to_another_optimizer_is_refused_on_both_ends() {
+        let (linked, stepped) = (LossScaleHandle::new(None), LossScaleHandle::new(None));
+        linked.hand_over(HANDOVER);
+        // The optimizer stepped has no hand-over while one waits on this thread.
+        assert_eq!(
+            stepped.take_handover(),
+            Err(SamError::LinkedToAnotherOptimizer)
+        );
+        assert_eq!(
+            linked.check_taken(),
+            Err(SamError::LinkedToAnotherOptimizer)
+        );
+        // Burn's own optimizers read no hand-over: nothing to check.
+        let unscaled = LossScaleHandle::unscaled();
+        unscaled.hand_over(HANDOVER);
+        assert_eq!(unscaled.check_taken(), Ok(()));
+    }
+
+    #[test]
+    fn a_scaled_loss_vouches_for_one_phase() {
+        let scaler = crate::scaler::LossScalerConfig::new().try_init().unwrap();
+        let handle = LossScaleHandle::new(Some(&scaler));
+        assert!(!handle.take_loss_scaled());
+        let loss =
+            burn::tensor::Tensor::<burn::backend::Flex, 1>::from_floats([2.0], &Default::default());
+        let scaled = handle.scale_loss(loss).into_scalar();
+        assert_eq!(scaled, 2.0 * scaler.scale());
+        assert!(handle.take_loss_scaled());
+        assert!(!handle.take_loss_scaled());
+    }
+}

@@ -37,11 +37,12 @@
 
 // First: its `or_hand_back!` is in scope in every module below.
 #[macro_use]
-mod error;
+mod hand_back;
 
 mod cast;
 mod config;
 pub mod diagnostics;
+mod error;
 mod family;
 mod filter;
 mod float;
@@ -64,8 +65,9 @@ mod variant;
 
 pub use cast::{cast_params, try_cast_params};
 pub use config::SamConfig;
-pub use error::{ConfigError, LossScaleError, SamError, StepError};
+pub use error::{ConfigError, LossScaleError, SamError};
 pub use family::{ParamValuesRecord, VariantRecord};
+pub use hand_back::StepError;
 pub use handle::LossScaleHandle;
 pub use label::{SamRecordLabel, RECORD_FORMAT};
 pub use loss_scaled::{LossScaled, LossScaledConfig};

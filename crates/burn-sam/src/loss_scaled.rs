@@ -4,7 +4,8 @@ use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
-use crate::error::{ConfigError, StepError};
+use crate::error::ConfigError;
+use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
 use crate::merge::merge_devices;
 use crate::precision::{MixedPrecision, MixedPrecisionRecord, ScaledStepReport};
@@ -30,10 +31,7 @@ impl LossScaledConfig {
     /// [`LossScaledConfig::try_init`] returns it instead.
     #[track_caller]
     pub fn init<O>(&self, base: O) -> LossScaled<O> {
-        match self.try_init(base) {
-            Ok(optim) => optim,
-            Err(error) => panic!("{error}"),
-        }
+        ConfigError::or_panic(self.try_init(base))
     }
 
     /// Wraps `base`, or says which field is invalid.

@@ -9,9 +9,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use crate::config::SamConfig;
-use crate::error::StepError;
 use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
+use crate::hand_back::StepError;
 use crate::norm::{unscaled_norm, weighted, SquaresSum};
 use crate::param_map::ParamMap;
 use crate::state::ParamState;

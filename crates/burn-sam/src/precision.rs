@@ -11,8 +11,9 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::diagnostics::sync;
-use crate::error::{LossScaleError, SamError, StepError};
+use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
+use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
 use crate::norm::unscaled_norm;
 use crate::scaler::{LossScaler, LossScalerRecord};

@@ -83,10 +83,7 @@ impl LossScalerConfig {
     /// When the configuration is invalid, with the message of [`LossScalerConfig::validate`].
     #[track_caller]
     pub fn init(&self) -> LossScaler {
-        match self.try_init() {
-            Ok(scaler) => scaler,
-            Err(error) => panic!("{error}"),
-        }
+        ConfigError::or_panic(self.try_init())
     }
 
     /// Builds the scaler, or says which field is invalid.

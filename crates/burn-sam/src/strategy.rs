@@ -35,7 +35,8 @@ use std::fmt;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::error::{SamError, StepError};
+use crate::error::SamError;
+use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
 use crate::perturb::look_ahead_by;
 use crate::sam::{PendingAscent, Sam, StepReport};

@@ -7,7 +7,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::phases::{At, Descent};
 use super::{Sam, StepReport};
-use crate::error::StepError;
+use crate::hand_back::StepError;
 use crate::perturb::{kept_tensors, look_ahead_by, Restore};
 
 impl<O> Sam<O> {

@@ -253,11 +253,7 @@ impl SamConfig {
     /// [`SamConfig::try_init`] returns it instead.
     #[track_caller]
     pub fn init<O>(&self, base: O) -> Sam<O> {
-        // `panic!` in this body, not in a closure, so that `track_caller` names the caller.
-        match self.try_init(base) {
-            Ok(sam) => sam,
-            Err(error) => panic!("{error}"),
-        }
+        ConfigError::or_panic(self.try_init(base))
     }
 
     /// Wraps `base` into a [`Sam`] optimizer, or says which field is invalid.

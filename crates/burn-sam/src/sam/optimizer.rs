@@ -7,8 +7,9 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::phases::{At, Descent};
 use super::{Sam, SamRecord};
-use crate::error::{SamError, StepError};
+use crate::error::SamError;
 use crate::family::VariantRecord;
+use crate::hand_back::StepError;
 use crate::label::{Resume, SamRecordLabel};
 use crate::merge::merge_devices;
 use crate::protocol::{check_handed_scale, Handover};
@@ -152,5 +153,87 @@ where
         self.pending = None;
         self.look_ahead = None;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::SgdConfig;
+    use burn::tensor::Tensor;
+
+    use super::*;
+    use crate::config::SamConfig;
+    use crate::scaler::LossScalerConfig;
+    use crate::variant::SamVariant;
+
+    fn sam(variant: SamVariant) -> Sam<()> {
+        SamConfig::new().with_variant(variant).init(())
+    }
+
+    const GRADIENT: Option<Handover> = Some(Handover::Gradient { loss_scale: None });
+    const LOCAL: Option<Handover> = Some(Handover::LocalDescent { loss_scale: None });
+
+    #[test]
+    fn a_direct_call_needs_the_opt_in_and_then_alternates() {
+        let unlinked = |variant: &'static str, look_ahead| SamError::UnlinkedStep {
+            variant,
+            look_ahead,
+        };
+        assert_eq!(
+            sam(SamVariant::Sam).phase(None),
+            Err(unlinked("SAM", false))
+        );
+        let momentum = sam(SamVariant::momentum_sam());
+        assert_eq!(momentum.phase(None), Err(unlinked("Momentum-SAM", true)));
+        assert_eq!(
+            sam(SamVariant::Sam).step_per_pass().phase(None),
+            Ok(Phase::Ascent)
+        );
+        // Momentum-SAM's one pass is a descent from the look-ahead it handed out.
+        assert_eq!(momentum.step_per_pass().phase(None), Ok(Phase::Descent));
+    }
+
+    #[test]
+    fn a_handover_picks_the_phase() {
+        assert_eq!(sam(SamVariant::Sam).phase(GRADIENT), Ok(Phase::Ascent));
+        let momentum = sam(SamVariant::momentum_sam());
+        assert_eq!(momentum.phase(GRADIENT), Ok(Phase::LookAheadAtWeights));
+        assert_eq!(sam(SamVariant::Sam).phase(LOCAL), Ok(Phase::LocalDescent));
+        for variant in [SamVariant::gsam(), SamVariant::momentum_sam()] {
+            let name = variant.name();
+            assert_eq!(
+                sam(variant).phase(LOCAL),
+                Err(SamError::LocalAscentVariant { variant: name })
+            );
+        }
+    }
+
+    #[test]
+    fn a_handover_must_carry_the_optimizers_scale() {
+        let scaling = LossScalerConfig::new().with_init_scale(256.0);
+        let sam = SamConfig::new().with_loss_scaling(Some(scaling)).init(());
+        let handed = |loss_scale| Some(Handover::Gradient { loss_scale });
+        assert_eq!(sam.phase(handed(Some(256.0))), Ok(Phase::Ascent));
+        assert_eq!(sam.phase(handed(None)), Err(SamError::UnscaledLoss));
+        let mismatch = SamError::LossScaleMismatch {
+            expected: 256.0,
+            handed: 128.0,
+        };
+        assert_eq!(sam.phase(handed(Some(128.0))), Err(mismatch));
+    }
+
+    #[test]
+    fn after_an_ascent_a_handover_descends_and_a_local_one_is_refused() {
+        type B = Autodiff<Flex>;
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+        let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let mut sam = SamConfig::new().init(SgdConfig::new().init::<B, Linear<B>>());
+        let _perturbed = sam.ascend(0.1, model, grads).unwrap();
+        assert_eq!(sam.phase(GRADIENT), Ok(Phase::Descent));
+        assert_eq!(sam.phase(LOCAL), Err(SamError::AscentPending));
     }
 }

@@ -8,8 +8,9 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
 use super::{PendingAscent, Sam, SamStep, StepOutcome, StepReport};
-use crate::error::{SamError, StepError};
+use crate::error::SamError;
 use crate::filter::perturbed_params;
+use crate::hand_back::StepError;
 use crate::param_map::ParamMap;
 use crate::perturb::{move_along, snapshot_covers, sync_running_states, Restore};
 use crate::state::ParamState;
