@@ -3,7 +3,8 @@ use burn_sam::ConfigError;
 
 use crate::ascent::Ascent;
 
-/// Configuration of [`Accumulation`]: how many micro-batches make one optimizer step.
+/// Configuration of [`Accumulation`](crate::Accumulation): how many micro-batches make one
+/// optimizer step.
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};

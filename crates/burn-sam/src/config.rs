@@ -4,8 +4,8 @@ use crate::error::ConfigError;
 use crate::scaler::LossScalerConfig;
 use crate::variant::{RhoSchedule, SamVariant};
 
-/// Configuration of [`Sam`]: Sharpness-Aware Minimization (Foret et al., 2021), its adaptive
-/// form ASAM (Kwon et al., 2021), and the variants of [`SamVariant`] (GSAM, LookSAM,
+/// Configuration of [`Sam`](crate::Sam): Sharpness-Aware Minimization (Foret et al., 2021), its
+/// adaptive form ASAM (Kwon et al., 2021), and the variants of [`SamVariant`] (GSAM, LookSAM,
 /// Friendly-SAM).
 ///
 /// The perturbation is `e = rho * a^2 * g / (||a * g|| + eps)`, with `a = 1` for SAM and

@@ -63,7 +63,7 @@ where
     ///
     /// # Errors
     /// No device ([`AccumError::InvalidConfig`]), or [`Ascent::Local`] with a SAM variant
-    /// other than SAM ([`SamError::LocalAscentVariant`]
+    /// other than SAM ([`SamError::LocalAscentVariant`](burn_sam::SamError::LocalAscentVariant)
     /// in [`AccumError::Optimizer`]).
     pub fn data_parallel(
         devices: Vec<Device<LC::Backend>>,

@@ -39,9 +39,9 @@
 //! devices the bytes moved per step, are logged once per epoch (Burn's `Learner` writes the
 //! log to `experiment.log` in its artifact directory).
 //!
-//! Checkpoints are Burn's: the model, the optimizer's record (for [`Sam`](burn_sam::Sam): the base optimizer's
-//! state, SAM's counters, the variant's state, the loss scaler and f32 master weights) and the
-//! scheduler. A resumed run replays the data loaders' shuffles of the epochs it skips (each
+//! Checkpoints are Burn's: the model, the optimizer's record (for [`Sam`](burn_sam::Sam): the base
+//! optimizer's state, SAM's counters, the variant's state, the loss scaler and f32 master weights)
+//! and the scheduler. A resumed run replays the data loaders' shuffles of the epochs it skips (each
 //! replica's), so it continues where the uninterrupted run would be.
 //!
 //! [`SamConfig::loss_scaling`]: burn_sam::SamConfig::loss_scaling
@@ -80,10 +80,11 @@ type Output<LC> = <TrainingModel<LC> as TrainStep>::Output;
 type ItemCount<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 
 /// A Burn training strategy (`TrainingStrategy::Custom`) for [`Sam`](burn_sam::Sam) and for any
-/// [`WindowOptimizer`]: SAM's two passes through the model's own `TrainStep`, the LR
-/// scheduler advanced once per optimizer step, normalised gradient accumulation with the
-/// partial window flushed, loss scaling; on one device ([`SamTraining::new`]) or data-parallel
-/// over several ([`SamTraining::data_parallel`]). See the [module documentation](self).
+/// [`WindowOptimizer`](crate::WindowOptimizer): SAM's two passes through the model's own
+/// `TrainStep`, the LR scheduler advanced once per optimizer step, normalised gradient accumulation
+/// with the partial window flushed, loss scaling; on one device ([`SamTraining::new`]) or
+/// data-parallel over several ([`SamTraining::data_parallel`]). See the [module
+/// documentation](self).
 ///
 /// [`SamTraining::strategy`] gives the `TrainingStrategy` in one call; with options, build it
 /// and finish with [`SamTraining::into_strategy`]:

@@ -35,11 +35,11 @@ pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepR
 /// - [`Sam::step_with`]: one call that runs the step's passes with a loss closure.
 /// - [`Sam::ascend`] and [`Sam::descend`]: the two phases, for loops that compute gradients
 ///   themselves (skip `ascend` when [`Sam::needs_ascent`] is false). Errors are values that
-///   hand the module back ([`StepError`]).
-/// - as an [`Optimizer`], for generic code that opts in with [`Sam::step_per_pass`]: `step`
-///   after each forward and backward pass on the same batch, twice per batch (once where
-///   `needs_ascent` is false). The first call is the ascent (it returns the perturbed module),
-///   the second the descent.
+///   hand the module back ([`StepError`](crate::StepError)).
+/// - as an [`Optimizer`](burn::optim::Optimizer), for generic code that opts in with
+///   [`Sam::step_per_pass`]: `step` after each forward and backward pass on the same batch,
+///   twice per batch (once where `needs_ascent` is false). The first call is the ascent (it
+///   returns the perturbed module), the second the descent.
 ///
 /// **In Burn's `Learner`, run `Sam` under `burn_sam_accum::train::SamTraining`** (one device,
 /// or data-parallel over several with `SamTraining::data_parallel`), built from the optimizer

@@ -65,7 +65,7 @@ pub(super) enum Descent {
 impl<O> Sam<O> {
     /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
     /// and keeps `w` for [`Sam::descend`]. `lr` is this step's learning rate, which the
-    /// radius follows under a [`SamConfig::rho_schedule`].
+    /// radius follows under a [`SamConfig::rho_schedule`](crate::SamConfig::rho_schedule).
     ///
     /// `grads` may be loss-scaled ([`Sam::scale_loss`]): the norm is unscaled for free.
     /// When the gradient is not finite (an overflow) the module is returned unperturbed, the
@@ -78,8 +78,8 @@ impl<O> Sam<O> {
     /// ([`SamError::AscentPending`]), `grads` hold parameters `module` does not have
     /// ([`SamError::ForeignGradients`]), loss scaling is on and no loss was scaled
     /// ([`SamError::UnscaledLoss`]), the step takes one pass ([`SamError::SinglePassStep`]),
-    /// [`SamConfig::perturb_only`] picks nothing ([`SamError::NothingPicked`]), or the loss
-    /// scale's hard stop ([`SamError::LossScale`]).
+    /// [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picks nothing
+    /// ([`SamError::NothingPicked`]), or the loss scale's hard stop ([`SamError::LossScale`]).
     pub fn ascend<M, B>(
         &mut self,
         lr: LearningRate,
