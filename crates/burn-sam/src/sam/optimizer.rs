@@ -57,7 +57,7 @@ impl<O> Sam<O> {
         }
     }
 
-    /// Runs `phase` (a strategy's hand-over has vouched for the gradients' scale already).
+    /// Runs `phase`.
     fn run_phase<M, B>(
         &mut self,
         lr: LearningRate,
@@ -102,15 +102,17 @@ where
     type Record = (O::Record, SamRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        let handle = self.precision.handle().clone();
-        let handover = handle.take_handover();
-        let stepped = match handover.and_then(|handover| Ok((handover, self.phase(handover)?))) {
-            Ok((handover, phase)) => {
-                if handover.is_some() {
-                    handle.vouch_scaled();
-                }
-                self.run_phase(lr, module, grads, phase)
+        let handover = self.precision.handle().take_handover();
+        let phase = handover.and_then(|handover| {
+            let phase = self.phase(handover)?;
+            if handover.is_some() {
+                // The strategy's scale, which `phase` checked, vouches for the gradients.
+                self.precision.handle().vouch_scaled();
             }
+            Ok(phase)
+        });
+        let stepped = match phase {
+            Ok(phase) => self.run_phase(lr, module, grads, phase),
             Err(error) => Err(StepError::new(module, error)),
         };
         stepped.unwrap_or_else(|error| panic!("{error}"))
