@@ -335,7 +335,7 @@ pub fn bad_windows_are_refused<B: AutodiffBackend>() {
         assert_eq!(tensors(&failed.module), tensors(&model), "{error}");
         assert_eq!(accumulation.optimizer().stats().steps, 0, "{error}");
         assert!(
-            accumulation.optimizer().pending_ascent().is_none(),
+            accumulation.optimizer().pending_ascent::<B>().is_none(),
             "{error}"
         );
         error
@@ -443,7 +443,7 @@ pub fn failure_between_passes_restores_the_weights<B: AutodiffBackend>() {
             "{mode:?} {fail_at}"
         );
         let sam = accumulation.optimizer();
-        assert!(sam.pending_ascent().is_none(), "{mode:?} {fail_at}");
+        assert!(sam.pending_ascent::<B>().is_none(), "{mode:?} {fail_at}");
         assert_eq!(sam.stats().steps, 0, "{mode:?} {fail_at}");
     }
 }

@@ -49,7 +49,7 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
     };
     refused(failed, foreign.clone(), &model);
     assert!(
-        sam.pending_ascent().is_none(),
+        sam.pending_ascent::<B>().is_none(),
         "a rejected ascent leaves nothing pending"
     );
 
@@ -83,7 +83,7 @@ pub fn errors_name_the_mistake<B: AutodiffBackend>() {
         .descend(0.1, perturbed.clone(), batch_grads(&other, batch))
         .unwrap_err();
     refused(failed, foreign, &stepped);
-    assert!(sam.pending_ascent().is_none());
+    assert!(sam.pending_ascent::<B>().is_none());
     assert_eq!(sam.stats().steps, 1);
 }
 
@@ -145,7 +145,7 @@ pub fn unlinked_optimizer_step_is_refused<B: AutodiffBackend>() {
     ] {
         assert!(message.contains(fix), "{fix:?} not in {message}");
     }
-    assert!(sam.pending_ascent().is_none() && sam.stats().steps == 0);
+    assert!(sam.pending_ascent::<B>().is_none() && sam.stats().steps == 0);
 
     let mut msam = SamConfig::new()
         .with_rho(1.0)
@@ -194,7 +194,7 @@ pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
     let message =
         panic_message(|| drop(stepped.step(0.1, model.clone(), batch_grads(&model, batch))));
     assert_eq!(message, expected);
-    assert!(stepped.pending_ascent().is_none());
+    assert!(stepped.pending_ascent::<B>().is_none());
     assert_eq!(link.check_taken(), Err(SamError::LinkedToAnotherOptimizer));
 
     let scaling = LossScalerConfig::new().with_init_scale(64.0);
@@ -255,7 +255,7 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
         .unwrap_err();
     let message = refused(failed, SamError::UnscaledLoss, &model);
     assert!(message.contains("scale_loss") && message.contains("SamTraining"));
-    assert!(sam.pending_ascent().is_none());
+    assert!(sam.pending_ascent::<B>().is_none());
 
     let scaled = |sam: &burn_sam::Sam<_>, model: &Mlp<B>| {
         let (x, y) = batch;
@@ -300,8 +300,9 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
     assert!(message.contains("no loss was scaled"), "{message}");
 }
 
-/// The loss scale's hard stop (`max_overflows_at_min`) in the ascent, the descent and a
-/// loss-scaled step, and `step_with` over a pending ascent: errors with the module intact.
+/// The loss scale's hard stop (`max_overflows_at_min`) in a step whose ascent overflowed, in
+/// the descent and in a loss-scaled step, and `step_with` over a pending ascent: errors with
+/// the module intact.
 pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
     let problem = problem::<B>(1);
     let batch = &problem.batches[0];
@@ -326,12 +327,18 @@ pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
         .with_loss_scaling(Some(stop.clone()))
         .init(SgdConfig::new().init::<B, Mlp<B>>());
     let handle = sam.loss_scale_handle();
-    let failed = sam
+    // An overflowing ascent waits for nothing: the weights stay at `w`, and the step's one
+    // read (in the descent) finds the overflow.
+    let perturbed = sam
         .ascend(0.1, model.clone(), scaled(&handle, &model, true))
+        .unwrap();
+    assert_eq!(tensors(&perturbed), tensors(&model));
+    let failed = sam
+        .descend(0.1, perturbed, scaled(&handle, &model, true))
         .unwrap_err();
     assert_eq!(tensors(&failed.module), tensors(&model));
     stopped(failed.to_string());
-    assert!(sam.pending_ascent().is_none());
+    assert!(sam.pending_ascent::<B>().is_none());
 
     let mut sam = SamConfig::new()
         .with_loss_scaling(Some(stop.clone()))

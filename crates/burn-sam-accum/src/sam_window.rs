@@ -36,10 +36,8 @@ where
         if !sam.needs_ascent() {
             return sam.descend(lr, module, grads).map_err(StepError::convert);
         }
+        // An overflowed ascent left the weights at `w`: the descent's read finds it.
         let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
-        if ascent_overflowed(sam) {
-            return sam.skip(perturbed).map_err(StepError::convert);
-        }
         match window.gradient(&perturbed, &scale) {
             Ok(grads) => sam
                 .descend(lr, perturbed, grads)
@@ -61,9 +59,6 @@ where
             // The perturbation divides by the norm: the ascent gradient needs no weight.
             let grads = or_hand_back!(window.micro_gradient(index, &module, &scale, 1.0), module);
             let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
-            if ascent_overflowed(sam) {
-                return sam.skip(perturbed).map_err(StepError::convert);
-            }
             let weight = window.weight(index);
             let added = window
                 .micro_gradient(index, &perturbed, &scale, weight)
@@ -80,10 +75,6 @@ where
             index += 1;
         }
     }
-}
-
-fn ascent_overflowed<O>(sam: &Sam<O>) -> bool {
-    sam.pending_ascent().is_some_and(|ascent| !ascent.perturbed)
 }
 
 /// Ends a step that failed between its passes: the weights go back to `w`.

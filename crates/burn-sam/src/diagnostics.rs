@@ -9,7 +9,8 @@ static DEVICE_READS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_SYNCS: AtomicU64 = AtomicU64::new(0);
 
 /// How many times burn-sam has read values back from the device in this process. A SAM step
-/// reads once per pass (its gradient norm), a `LossScaled` step once; records read the master
+/// reads once (its gradient norms, which decide whether it is applied), a `LossScaled` step
+/// once; records read the master
 /// weights and the variants' state. Reads made by your own code are not counted.
 pub fn device_reads() -> u64 {
     DEVICE_READS.load(Ordering::Relaxed)
@@ -38,8 +39,8 @@ pub fn device_syncs() -> u64 {
 /// let mut sam = SamConfig::new().init(SgdConfig::new().init());
 /// let before = diagnostics::host_waits();
 /// sam.step_with(0.1, model, |m: &Linear<B>| m.forward(x.clone()).mean()).unwrap();
-/// // One read per pass (its gradient norm) and the sync that ends the step.
-/// assert_eq!(diagnostics::host_waits() - before, 3);
+/// // One read (both passes' gradient norms) and the sync that ends the step.
+/// assert_eq!(diagnostics::host_waits() - before, 2);
 /// ```
 pub fn host_waits() -> u64 {
     device_reads() + device_syncs()

@@ -39,6 +39,7 @@
 #[macro_use]
 mod hand_back;
 
+mod broadcast;
 mod cast;
 mod config;
 pub mod diagnostics;

@@ -11,7 +11,7 @@ use burn::tensor::{DType, FloatDType, Tensor};
 use crate::diagnostics::read_back;
 use crate::error::SamError;
 use crate::float::widen;
-use crate::quirks::{norm_by_concatenation, squared_norm_by_matmul};
+use crate::quirks::{norm_all_at_once, squared_norm_by_matmul};
 
 /// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
 /// `a^2 * g`.
@@ -40,9 +40,9 @@ pub(crate) fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tenso
 }
 
 /// `sum_i ||x_i||^2` over tensors of any shape, in the widened float type ([`widen`]), as a
-/// device scalar: a reduction per tensor summed, or, where [`norm_by_concatenation`] says so,
-/// one reduction over all of them flattened and concatenated (in their own type, widened once).
-/// Every global norm of the crate is one of these.
+/// device scalar: a reduction per tensor summed, or, where [`norm_all_at_once`] says so,
+/// a few reductions over all of them ([`squares_by_length`]). Every global norm of the crate
+/// is one of these.
 #[derive(Default)]
 pub(crate) enum SquaresSum<B: Backend> {
     #[default]
@@ -54,7 +54,7 @@ pub(crate) enum SquaresSum<B: Backend> {
 impl<B: Backend> SquaresSum<B> {
     pub fn add<const D: usize>(&mut self, x: Tensor<B, D>) {
         *self = match std::mem::take(self) {
-            Self::Empty if norm_by_concatenation::<B>(&x.device()) => Self::Flat(vec![flat(x)]),
+            Self::Empty if norm_all_at_once::<B>(&x.device()) => Self::Flat(vec![flat(x)]),
             Self::Empty => Self::Summed(squared_norm(widen(x))),
             Self::Summed(sum) => {
                 let squares = squared_norm(widen(x));
@@ -73,24 +73,64 @@ impl<B: Backend> SquaresSum<B> {
         match self {
             Self::Empty => None,
             Self::Summed(sum) => Some(sum),
-            Self::Flat(all) => {
-                let dtype = all[0].dtype();
-                let all = match all.iter().all(|x| x.dtype() == dtype) {
-                    true => widen(Tensor::cat(all, 0)),
-                    false => {
-                        let f64 = all.iter().any(|x| x.dtype() == DType::F64);
-                        let wide = if f64 {
-                            FloatDType::F64
-                        } else {
-                            FloatDType::F32
-                        };
-                        Tensor::cat(all.into_iter().map(|x| x.cast(wide)).collect(), 0)
-                    }
-                };
-                Some(squared_norm(all))
-            }
+            Self::Flat(all) => Some(squares_by_length(all)),
         }
     }
+}
+
+/// `sum_i ||x_i||^2` over flattened tensors with one kernel per length rather than per tensor:
+/// tensors of a length that repeats (a model's layers are alike) are squared and added
+/// element-wise, which a fused backend runs as one kernel however many there are, and the
+/// rest are concatenated (a copy each) and squared once; then one reduction for each.
+fn squares_by_length<B: Backend>(all: Vec<Tensor<B, 1>>) -> Tensor<B, 1> {
+    let mut groups: Vec<Vec<Tensor<B, 1>>> = Vec::new();
+    for x in all {
+        let alike = |group: &&mut Vec<Tensor<B, 1>>| {
+            group[0].dims() == x.dims() && group[0].dtype() == x.dtype()
+        };
+        match groups.iter_mut().find(alike) {
+            Some(group) => group.push(x),
+            None => groups.push(vec![x]),
+        }
+    }
+    let (mut lone, mut squares) = (Vec::new(), Vec::new());
+    for mut group in groups {
+        match group.len() {
+            1 => lone.push(group.remove(0)),
+            _ => squares.extend(
+                group
+                    .into_iter()
+                    .map(|x| widen(x).square())
+                    .reduce(|a, b| a + b),
+            ),
+        }
+    }
+    let lone = (!lone.is_empty()).then(|| squared_norm(cat_widened(lone)));
+    let squares = (!squares.is_empty()).then(|| cat_widened(squares).sum());
+    match (lone, squares) {
+        (Some(lone), Some(squares)) => {
+            let dtype = lone.dtype();
+            lone + squares.cast(dtype)
+        }
+        (lone, squares) => lone.or(squares).expect("at least one tensor"),
+    }
+}
+
+/// The tensors concatenated in their own type when they share it, widened once ([`widen`]);
+/// otherwise each cast to f32 (f64 when one is f64) first.
+fn cat_widened<B: Backend>(mut all: Vec<Tensor<B, 1>>) -> Tensor<B, 1> {
+    if all.len() == 1 {
+        return widen(all.remove(0));
+    }
+    let dtype = all[0].dtype();
+    if all.iter().all(|x| x.dtype() == dtype) {
+        return widen(Tensor::cat(all, 0));
+    }
+    let wide = match all.iter().any(|x| x.dtype() == DType::F64) {
+        true => FloatDType::F64,
+        false => FloatDType::F32,
+    };
+    Tensor::cat(all.into_iter().map(|x| x.cast(wide)).collect(), 0)
 }
 
 fn flat<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
@@ -133,6 +173,18 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     loss_scale: f32,
     picked: Option<&HashSet<ParamId>>,
 ) -> Result<f64, SamError> {
+    let squares = squared_sum(module, grads, eta, picked)?;
+    Ok(read_norms::<B::InnerBackend>(&[squares], loss_scale)[0])
+}
+
+/// [`unscaled_norm`]'s `sum_p ||a_p * g_p||^2`, still scaled and on the device (`None`
+/// without gradients): a step reads it later, with its other norms.
+pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+    eta: Option<f64>,
+    picked: Option<&HashSet<ParamId>>,
+) -> Result<Option<Tensor<B::InnerBackend, 1>>, SamError> {
     let mut visitor = SquaredNorm::<B> {
         grads,
         eta,
@@ -147,11 +199,37 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
             matched: visitor.matched,
         });
     }
-    let norm = visitor.sum.finish().map_or(0.0, |sum| {
-        let value = read_back(sum).iter::<f64>().next();
-        value.unwrap_or(f64::NAN).sqrt()
-    });
-    Ok(norm / f64::from(loss_scale))
+    Ok(visitor.sum.finish())
+}
+
+/// `sqrt(squares) / loss_scale` for each of `squares` (0 for `None`), read back together: one
+/// host wait for all of them.
+pub(crate) fn read_norms<B: Backend>(
+    squares: &[Option<Tensor<B, 1>>],
+    loss_scale: f32,
+) -> Vec<f64> {
+    let mut present: Vec<_> = squares.iter().flatten().cloned().collect();
+    let values = match present.len() {
+        0 => Vec::new(),
+        1 => read_back(present.remove(0)).iter::<f64>().collect(),
+        _ => {
+            let dtype = match present.iter().any(|sum| sum.dtype() == DType::F64) {
+                true => FloatDType::F64,
+                false => FloatDType::F32,
+            };
+            let all = present.into_iter().map(|sum| sum.cast(dtype)).collect();
+            read_back(Tensor::cat(all, 0)).iter::<f64>().collect()
+        }
+    };
+    let mut values = values.into_iter();
+    let scale = f64::from(loss_scale);
+    squares
+        .iter()
+        .map(|sum| match sum {
+            Some(_) => values.next().unwrap_or(f64::NAN).sqrt() / scale,
+            None => 0.0,
+        })
+        .collect()
 }
 
 struct SquaredNorm<'a, B: AutodiffBackend> {

@@ -47,3 +47,19 @@ impl ParamMap {
         self.0.keys()
     }
 }
+
+/// One value of any type, such as a device scalar of the backend a step runs on, kept
+/// between the calls of a step by an optimizer generic over the backend only in its methods.
+#[derive(Clone)]
+pub(crate) struct AnyValue(Arc<dyn Any + Send + Sync>);
+
+impl AnyValue {
+    pub fn new<T: Any + Send + Sync>(value: T) -> Self {
+        Self(Arc::new(value))
+    }
+
+    /// The value when it is a `T`.
+    pub fn get<T: Any + Clone>(&self) -> Option<T> {
+        self.0.downcast_ref().cloned()
+    }
+}

@@ -6,13 +6,14 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::{Bool, Tensor};
 
+use crate::broadcast::Broadcast;
 use crate::config::SamConfig;
 use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
-use crate::norm::{unscaled_norm, weighted, SquaresSum};
+use crate::norm::{read_norms, squared_sum, weighted, SquaresSum};
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
 
@@ -31,7 +32,8 @@ pub struct Perturbation<M> {
 /// `w + e(w)`, `e = rho_t * a^2 * g / (||a g|| + eps)`, with `g` the gradient at `w` (`grads`,
 /// carrying `loss_scale`), `rho_t` the radius at learning rate `lr` ([`SamConfig::rho_at`]),
 /// only the parameters [`SamConfig::perturb_only`] picks. [`Sam::ascend`](crate::Sam::ascend)
-/// moves by this same path, and also keeps `w` to step from.
+/// moves by this same path, and also keeps `w` to step from; unlike it, `perturb` reads the
+/// norm back for its report (one host wait).
 ///
 /// For a copy of the model that is dropped once its gradient is taken: data-parallel SAM's
 /// local ascent, where each replica is perturbed by its own gradient. The SAM variants'
@@ -75,18 +77,27 @@ where
         perturbed_params(&module, config.perturb_only.as_deref()),
         module
     );
-    let (module, _, grad_norm) = move_along(config, lr, module, grads, loss_scale, picked)?;
+    let moved = move_along(config, lr, module, grads, loss_scale, picked)?;
+    let grad_norm = read_norms(&[moved.squares], loss_scale)[0];
     Ok(Perturbation {
-        module,
+        module: moved.module,
         grad_norm,
         perturbed: grad_norm.is_finite(),
     })
 }
 
+/// What [`move_along`] did: the moved module, every float tensor it had before, and the
+/// direction's `||a d||^2` (times the loss scale squared), still on the device.
+pub(crate) struct Moved<M, B: Backend> {
+    pub module: M,
+    pub snapshot: ParamMap,
+    pub squares: Option<Tensor<B, 1>>,
+}
+
 /// SAM's move along `direction` (the ascent gradient or a variant's direction, carrying
-/// `loss_scale`): its unscaled norm `||a d||` over the `picked` parameters, then `w + e`,
-/// `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))`; unmoved when the norm is not
-/// finite. Returns the module, every float tensor it had before, and the norm.
+/// `loss_scale`): `w + e`, `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))` over the
+/// `picked` parameters, decided on the device: no host wait. A norm that is not finite makes
+/// `e` zero (the module stays at `w`); the step's one read finds it.
 pub(crate) fn move_along<M, B>(
     config: &SamConfig,
     lr: LearningRate,
@@ -94,28 +105,40 @@ pub(crate) fn move_along<M, B>(
     direction: GradientsParams,
     loss_scale: f32,
     picked: Option<HashSet<ParamId>>,
-) -> Result<(M, ParamMap, f64), StepError<M>>
+) -> Result<Moved<M, B::InnerBackend>, StepError<M>>
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
     let eta = config.asam_eta();
-    let norm = unscaled_norm(&module, &direction, eta, loss_scale, picked.as_ref());
-    let grad_norm = or_hand_back!(norm, module);
-    let scale = match grad_norm.is_finite() {
-        true => config.rho_at(lr) / (f64::from(loss_scale) * (grad_norm + config.eps)),
-        false => 0.0,
-    };
+    let squares = squared_sum(&module, &direction, eta, picked.as_ref());
+    let squares = or_hand_back!(squares, module);
+    let scale = f64::from(loss_scale);
+    let factor = squares.clone().map(|sum| {
+        // False for inf and NaN: one comparison where `is_finite` takes several kernels.
+        let finite = sum.clone().lower_elem(f64::INFINITY);
+        let denominator = sum
+            .sqrt()
+            .div_scalar(scale)
+            .add_scalar(config.eps)
+            .mul_scalar(scale);
+        let factor = denominator.recip().mul_scalar(config.rho_at(lr));
+        (Broadcast::new(factor), Broadcast::new(finite.bool_not()))
+    });
     sync_running_states(&module);
     let mut perturb = Perturb {
         grads: direction,
         eta,
-        scale,
+        factor,
         picked,
         snapshot: ParamMap::default(),
     };
     let module = module.map(&mut perturb);
-    Ok((module, perturb.snapshot, grad_norm))
+    Ok(Moved {
+        module,
+        snapshot: perturb.snapshot,
+        squares,
+    })
 }
 
 /// Momentum-SAM's look-ahead: moves every parameter with a momentum in `momentum` from `w`
@@ -154,7 +177,7 @@ where
     let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(-rho);
     let mut look_ahead = LookAhead {
         momentum,
-        scale,
+        scale: Broadcast::new(scale),
         snapshot: ParamMap::default(),
     };
     let module = module.map(&mut look_ahead);
@@ -174,7 +197,7 @@ fn momentum_of<B: Backend, const D: usize>(
 struct LookAhead<'a, B: Backend> {
     momentum: &'a ParamState<f64>,
     /// `-rho / (||v|| + 1e-12)`.
-    scale: Tensor<B, 1>,
+    scale: Broadcast<B>,
     snapshot: ParamMap,
 }
 
@@ -188,24 +211,24 @@ impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
         let require_grad = tensor.is_require_grad();
         let dtype = weight.dtype();
         self.snapshot.insert(id, tensor);
-        let step = v * self.scale.clone().reshape([1; D]);
+        let step = v * self.scale.get();
         let moved = (step + widen(weight)).cast(dtype);
         Param::from_mapped_value(id, tracked(Tensor::from_inner(moved), require_grad), mapper)
     }
 }
 
 /// Moves every parameter with a gradient (that `picked` holds, when given) to
-/// `w + scale * a^2 * g` and keeps every float tensor of the module (perturbed or not) in
-/// `snapshot`.
-struct Perturb {
+/// `w + factor * a^2 * g`, or leaves it at `w` when the norm was not finite (the flag beside
+/// `factor`), and keeps every float tensor of the module (perturbed or not) in `snapshot`.
+struct Perturb<B: Backend> {
     grads: GradientsParams,
     eta: Option<f64>,
-    scale: f64,
+    factor: Option<(Broadcast<B>, Broadcast<B, Bool>)>,
     picked: Option<HashSet<ParamId>>,
     snapshot: ParamMap,
 }
 
-impl<B: AutodiffBackend> ModuleMapper<B> for Perturb {
+impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
         self.snapshot.insert(id, tensor.clone());
@@ -213,15 +236,16 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb {
             .picked
             .as_ref()
             .is_none_or(|picked| picked.contains(&id));
-        let tensor = match self.grads.remove::<B::InnerBackend, D>(id) {
-            Some(grad) if self.scale != 0.0 && picked => {
+        let grad = self.grads.remove::<B::InnerBackend, D>(id);
+        let tensor = match (grad, &mut self.factor) {
+            (Some(grad), Some((factor, not_finite))) if picked => {
                 let require_grad = tensor.is_require_grad();
                 let weight = tensor.inner();
                 let dtype = weight.dtype();
-                // `step` is the only owner of its buffer: backends that can (Flex) compute both
-                // operations in place, so the ascent allocates nothing.
-                let step =
-                    weighted(weight.clone(), widen(grad), self.eta, 2).mul_scalar(self.scale);
+                // `step` is the only owner of its buffer: backends that can (Flex) compute it
+                // in place.
+                let step = weighted(weight.clone(), widen(grad), self.eta, 2) * factor.get();
+                let step = step.mask_fill(not_finite.get(), 0.0);
                 tracked(
                     Tensor::from_inner((step + widen(weight)).cast(dtype)),
                     require_grad,

@@ -15,7 +15,7 @@ use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
-use crate::norm::unscaled_norm;
+use crate::norm::{squared_sum, unscaled_norm};
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
 
@@ -93,6 +93,20 @@ impl MixedPrecision {
     {
         self.check_scaled()?;
         unscaled_norm(module, grads, None, self.loss_scale(), None)
+    }
+
+    /// [`MixedPrecision::grad_norm`]'s squared sum, scaled and still on the device.
+    pub fn grad_squares<M, B>(
+        &self,
+        module: &M,
+        grads: &GradientsParams,
+    ) -> Result<Option<Tensor<B::InnerBackend, 1>>, SamError>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
+        self.check_scaled()?;
+        squared_sum(module, grads, None, None)
     }
 
     /// The one scale update of an optimizer step.
@@ -323,8 +337,10 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
 /// H200 a resumed LookSAM run differed from the uninterrupted one in the last bit until
 /// steps ended here. Ending every step here makes each step's kernels the same whatever came
 /// before. The
-/// step already waited for the device once per pass (its gradient norm), so this adds one
-/// short wait for the update's own kernels.
+/// step already waited for the device once (its gradient norms, read before the update
+/// decides), so this is its second wait, a short one for the update's own kernels. Burn 0.21
+/// offers no way to run what is queued without waiting: burn-fusion's `flush_queue` is not
+/// reachable through the `Backend` trait, and a read waits too.
 fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     for device in module.devices() {
         sync::<B>(&device);

@@ -21,15 +21,17 @@ pub(crate) fn squared_norm_by_matmul<B: Backend>(device: &Device<B>) -> bool {
     B::name(device) == "flex"
 }
 
-/// Whether a global norm is one reduction over all tensors concatenated, rather than one per
+/// Whether a global norm is computed over all tensors at once rather than one reduction per
 /// tensor summed: on a fused backend (Burn's `fusion`, `"fusion<...>"`).
 ///
 /// There a reduction costs three kernel launches (the squares, zeroing the accumulator, the
-/// sum) and adding it to the running sum a fourth, whatever the tensor's size, while
-/// `Tensor::cat` copies each tensor in one launch (`tests/vulkan_fused_launches.rs` holds the
-/// counts), at the cost of one gradient-sized buffer while the norm is computed. On the CPU
-/// backends the copy is a pass over the gradients that the per-tensor form does not make.
-pub(crate) fn norm_by_concatenation<B: Backend>(device: &Device<B>) -> bool {
+/// sum) and adding it to the running sum a fourth, whatever the tensor's size. Squaring and
+/// adding equally long tensors element-wise is one fused kernel for all of them, and
+/// `Tensor::cat` copies each of the rest in one launch (`tests/vulkan_fused_launches.rs`
+/// holds the counts), at the cost of a buffer as large as those tensors while the norm is
+/// computed. On the CPU backends both are passes over the gradients that the per-tensor form
+/// does not make.
+pub(crate) fn norm_all_at_once<B: Backend>(device: &Device<B>) -> bool {
     B::name(device).starts_with("fusion<")
 }
 

@@ -132,13 +132,14 @@ impl fmt::Debug for StepLink {
 /// SAM's phases beyond [`Sam::ascend`] and [`Sam::descend`], for code that drives them over
 /// several gradients per step (gradient accumulation's windows, m-sharpness).
 pub trait Phases {
-    /// The ascent waiting for its descent, if any.
-    fn pending_ascent(&self) -> Option<PendingAscent>;
+    /// The ascent waiting for its descent, if any, with its norm read back from the device:
+    /// a host wait that the step itself does not make (its descent reads the norm).
+    fn pending_ascent<B: AutodiffBackend>(&self) -> Option<PendingAscent>;
 
     /// Ends the pending step without updating: puts the weights kept by [`Sam::ascend`] back,
-    /// leaves the base optimizer untouched, backs the loss scale off (unless the overflowed
-    /// ascent already did) and counts the step as `UpdateSkipped`. For a fault found between
-    /// the passes, such as an overflow in one micro-batch of an accumulated window.
+    /// leaves the base optimizer untouched, backs the loss scale off and counts the step as
+    /// `UpdateSkipped` (reading the ascent's norm for its report). For a fault found between
+    /// the passes, such as a micro-batch of an accumulated window that cannot be used.
     ///
     /// # Errors
     /// Without a pending ascent, or with a module that is not the ascent's: `module` handed
@@ -161,8 +162,8 @@ pub trait Phases {
 }
 
 impl<O> Phases for Sam<O> {
-    fn pending_ascent(&self) -> Option<PendingAscent> {
-        self.ascent_pending()
+    fn pending_ascent<B: AutodiffBackend>(&self) -> Option<PendingAscent> {
+        self.ascent_pending::<B>()
     }
 
     fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>

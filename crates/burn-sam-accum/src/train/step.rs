@@ -54,8 +54,11 @@ where
     /// One optimizer step from the replicas' windows: each pass the optimizer's next step
     /// takes, its gradient handed over to `Optimizer::step` (the [`burn_sam::strategy`]
     /// protocol). `report` gets the first pass's `TrainStep` outputs, replica by replica,
-    /// before the optimizer steps: the metrics read the losses while the step runs, as in the
-    /// runs whose kernels `tests/vulkan_fused_kernels.rs` counts.
+    /// just before the last pass's step, whose read of the norms blocks this thread at once.
+    /// The metrics read the losses on another thread, and a read of a fused tensor drains
+    /// the queue that made it: handed over while this thread was still queuing the next pass,
+    /// the outputs would let the metrics cut that queue at a different point every step, and
+    /// fusion would compile every cut anew (`tests/vulkan_fused_kernels.rs` counts them).
     pub(super) fn optimizer_step(
         &self,
         learner: &mut Learner<LC>,
@@ -73,16 +76,17 @@ where
             return;
         }
         let passes = next.passes.count();
+        let mut first = None;
         for pass in 1..=passes {
             let shards = match pass < passes {
                 true => shards.clone(),
                 false => std::mem::take(&mut shards),
             };
-            // An overflowing ascent backs the scale off before the descent's pass.
             let loss_scale = self.link.next_step().loss_scale;
             let (grads, outputs) = self.gradient(learner, shards, weights, loss_scale, None);
-            if pass == 1 {
-                report(outputs);
+            first.get_or_insert(outputs);
+            if pass == passes {
+                report(first.take().expect("the first pass's outputs"));
             }
             self.step_linked(learner, grads, Handover::Gradient { loss_scale });
         }

@@ -7,6 +7,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use super::{broadcast, state_like};
+use crate::broadcast::Broadcast;
 use crate::float::widen;
 use crate::grad_map::{GradMap, ParamGrad};
 use crate::norm::squared_norm;
@@ -56,7 +57,7 @@ pub(super) enum DescentRule<'a, B: Backend> {
     /// `g_p - alpha * (g - coefficient * g_p)`.
     Gsam {
         alpha: f64,
-        coefficient: Tensor<B, 1>,
+        coefficient: Broadcast<B>,
     },
     /// A full LookSAM step: stores `g_v` (unscaled), steps with `g_s` unchanged.
     LookSamKeep {
@@ -93,7 +94,7 @@ impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
         let ascent = self.ascent_grads.get::<Tensor<B, D>>(&id).cloned();
         let grad = match (&mut self.rule, ascent) {
             (DescentRule::Gsam { alpha, coefficient }, Some(ascent)) => {
-                let parallel = grad.clone() * broadcast(coefficient.clone());
+                let parallel = grad.clone() * coefficient.get();
                 grad - (ascent - parallel).mul_scalar(*alpha)
             }
             (

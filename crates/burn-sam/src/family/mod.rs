@@ -20,6 +20,7 @@ use burn::tensor::Tensor;
 use ascent::AscentRule;
 use descent::{gsam_sums, DescentMap, DescentRule};
 
+use crate::broadcast::Broadcast;
 use crate::error::SamError;
 use crate::grad_map::map_grads;
 use crate::param_map::ParamMap;
@@ -189,7 +190,10 @@ impl FamilyRules {
                     return grads;
                 };
                 let coefficient = self.gsam_coefficient(sums, loss_scale, grad_norm);
-                DescentRule::Gsam { alpha, coefficient }
+                DescentRule::Gsam {
+                    alpha,
+                    coefficient: Broadcast::new(coefficient),
+                }
             }
             SamVariant::LookSam { alpha, .. } if ascent_grads.is_empty() => {
                 DescentRule::LookSamReuse {

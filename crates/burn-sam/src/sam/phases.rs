@@ -4,14 +4,15 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use super::{PendingAscent, Sam, SamStep, StepOutcome, StepReport};
 use crate::error::SamError;
 use crate::filter::perturbed_params;
 use crate::hand_back::StepError;
-use crate::param_map::ParamMap;
+use crate::norm::read_norms;
+use crate::param_map::{AnyValue, ParamMap};
 use crate::perturb::{move_along, snapshot_covers, sync_running_states, Restore};
 use crate::state::ParamState;
 
@@ -23,9 +24,10 @@ pub(super) struct Pending {
     ascent_grads: ParamMap,
     /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
     variant_state: ParamState<f64>,
-    grad_norm: f64,
-    /// False when the ascent overflowed: it then made this step's one loss-scale update.
-    perturbed: bool,
+    /// The ascent direction's squared norm (times the loss scale squared), an
+    /// `Option<Tensor<B::InnerBackend, 1>>` on the device: read with the descent's, the
+    /// step's one read. `None` on a one-pass step, which has no ascent.
+    ascent_squares: Option<AnyValue>,
 }
 
 /// Where the module a Momentum-SAM step gets is.
@@ -39,15 +41,34 @@ pub(super) enum At {
 }
 
 impl Pending {
-    /// A one-pass step's: nothing perturbed, nothing kept, the scale update still to make.
+    /// A one-pass step's: nothing perturbed, nothing kept.
     fn single_pass() -> Self {
         Self {
             snapshot: ParamMap::default(),
             ascent_grads: ParamMap::default(),
             variant_state: ParamState::default(),
-            grad_norm: f64::NAN,
-            perturbed: true,
+            ascent_squares: None,
         }
+    }
+
+    /// The ascent's report and the descent's unscaled norm (0 without `descent`), read back
+    /// together: one host wait.
+    fn read_norms<B: Backend>(
+        &self,
+        descent: Option<Tensor<B, 1>>,
+        loss_scale: f32,
+    ) -> (PendingAscent, f64) {
+        let ascent = self.ascent_squares.as_ref().map(|squares| {
+            squares
+                .get::<Option<Tensor<B, 1>>>()
+                .expect("the ascent's norm is on the descent's backend")
+        });
+        let norms = read_norms(&[ascent.clone().flatten(), descent], loss_scale);
+        let ascent = match ascent {
+            Some(_) => PendingAscent::of(norms[0]),
+            None => PendingAscent::NONE,
+        };
+        (ascent, norms[1])
     }
 }
 
@@ -68,10 +89,14 @@ impl<O> Sam<O> {
     /// radius follows under a [`SamConfig::rho_schedule`](crate::SamConfig::rho_schedule).
     ///
     /// `grads` may be loss-scaled ([`Sam::scale_loss`]): the norm is unscaled for free.
-    /// When the gradient is not finite (an overflow) the module is returned unperturbed, the
-    /// loss scale backs off (this step's one update) and the step becomes a plain base step
-    /// with the descent gradient, taken at `w` with the reduced scale. A warning is logged;
-    /// nothing non-finite is written.
+    /// The ascent waits for nothing: its norm stays on the device, and the descent reads it
+    /// with its own (one host wait per step). When the gradient is not finite (an overflow)
+    /// the perturbation is zero: the module stays at `w`, and the descent pass, at `w` with
+    /// the same loss scale, usually overflows too; the step is then skipped
+    /// ([`StepOutcome::UpdateSkipped`](crate::StepOutcome::UpdateSkipped)), or, when the
+    /// descent gradient is finite, a plain base step
+    /// ([`StepOutcome::AscentSkipped`](crate::StepOutcome::AscentSkipped)). Either way the
+    /// loss scale backs off once and nothing non-finite is written.
     ///
     /// # Errors
     /// With `module` handed back unchanged and nothing pending: an ascent is already pending
@@ -107,7 +132,7 @@ impl<O> Sam<O> {
                 .ascent(&module, grads, loss_scale, picked.as_ref()),
             module
         );
-        let (module, snapshot, grad_norm) = move_along(
+        let moved = move_along(
             &self.config,
             lr,
             module,
@@ -115,19 +140,13 @@ impl<O> Sam<O> {
             loss_scale,
             picked,
         )?;
-        let perturbed = grad_norm.is_finite();
-        if !perturbed {
-            log::warn!("SAM ascent gradient norm is {grad_norm}: not perturbing this batch");
-            or_hand_back!(self.precision.update(true), module);
-        }
         self.pending = Some(Pending {
-            snapshot,
+            snapshot: moved.snapshot,
             ascent_grads: ascent.ascent_grads,
             variant_state: ascent.state,
-            grad_norm,
-            perturbed,
+            ascent_squares: Some(AnyValue::new(moved.squares)),
         });
-        Ok(module)
+        Ok(moved.module)
     }
 
     /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
@@ -186,14 +205,22 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
-        let descent = self.precision.grad_norm(&module, &grads);
+        let descent = self.precision.grad_squares(&module, &grads);
         let (module, mut pending) = match kind {
             Descent::AfterAscent => self.put_back(module),
             Descent::SinglePass | Descent::Local => (module, Pending::single_pass()),
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
-        let descent_grad_norm = or_hand_back!(descent, module);
-        let grads = match descent_grad_norm.is_finite() && pending.perturbed {
+        let descent = or_hand_back!(descent, module);
+        let (ascent, descent_grad_norm) =
+            pending.read_norms::<B::InnerBackend>(descent, loss_scale);
+        if !ascent.perturbed {
+            log::warn!(
+                "SAM ascent gradient norm {} at loss scale {loss_scale}: this batch was not perturbed",
+                ascent.grad_norm
+            );
+        }
+        let grads = match descent_grad_norm.is_finite() && ascent.perturbed {
             true => self.family.descent(
                 &module,
                 grads,
@@ -206,18 +233,18 @@ impl<O> Sam<O> {
         let (module, applied) =
             self.precision
                 .step_if_finite(&mut self.base, lr, module, grads, descent_grad_norm);
-        if applied && pending.perturbed {
+        if applied && ascent.perturbed {
             self.family
                 .commit_ascent(core::mem::take(&mut pending.variant_state));
         }
-        let outcome = match (applied, kind, pending.perturbed) {
+        let outcome = match (applied, kind, ascent.perturbed) {
             (false, ..) => StepOutcome::UpdateSkipped,
             (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
             (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
             (true, ..) => StepOutcome::Applied,
         };
         let report = or_hand_back!(
-            self.finish(&pending, outcome, descent_grad_norm, loss_scale),
+            self.finish(ascent, outcome, descent_grad_norm, loss_scale),
             module
         );
         Ok((module, report))
@@ -232,8 +259,9 @@ impl<O> Sam<O> {
         or_hand_back!(self.check_pending(&module), module);
         let loss_scale = self.loss_scale();
         let (module, pending) = self.put_back(module);
+        let (ascent, _) = pending.read_norms::<B::InnerBackend>(None, loss_scale);
         let report = or_hand_back!(
-            self.finish(&pending, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
+            self.finish(ascent, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
             module
         );
         Ok((module, report))
@@ -249,12 +277,14 @@ impl<O> Sam<O> {
         Ok(self.put_back(module).0)
     }
 
-    /// The ascent waiting for its descent, if any.
-    pub(crate) fn ascent_pending(&self) -> Option<PendingAscent> {
-        self.pending.as_ref().map(|pending| PendingAscent {
-            grad_norm: pending.grad_norm,
-            perturbed: pending.perturbed,
-        })
+    /// The ascent waiting for its descent, if any, its norm read from the device.
+    pub(crate) fn ascent_pending<B: AutodiffBackend>(&self) -> Option<PendingAscent> {
+        let pending = self.pending.as_ref()?;
+        Some(
+            pending
+                .read_norms::<B::InnerBackend>(None, self.loss_scale())
+                .0,
+        )
     }
 
     pub(super) fn check_pending<M, B>(&self, module: &M) -> Result<(), SamError>
@@ -287,29 +317,27 @@ impl<O> Sam<O> {
         (module, pending)
     }
 
-    /// The step's one loss-scale update (unless the overflowed ascent made it) and counters.
+    /// The step's one loss-scale update and counters.
     fn finish(
         &mut self,
-        pending: &Pending,
+        ascent: PendingAscent,
         outcome: StepOutcome,
         descent_grad_norm: f64,
         loss_scale: f32,
     ) -> Result<StepReport, SamError> {
         self.stats.steps += 1;
-        self.stats.ascents_skipped += u64::from(!pending.perturbed);
+        self.stats.ascents_skipped += u64::from(!ascent.perturbed);
         self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
         self.family.advance(matches!(
             outcome,
             StepOutcome::Applied | StepOutcome::SinglePass
         ));
         self.publish_passes();
-        if pending.perturbed {
-            self.precision
-                .update(outcome == StepOutcome::UpdateSkipped)?;
-        }
+        let skipped = outcome == StepOutcome::UpdateSkipped;
+        self.precision.update(skipped || !ascent.perturbed)?;
         let report = StepReport {
             outcome,
-            ascent_grad_norm: pending.grad_norm,
+            ascent_grad_norm: ascent.grad_norm,
             descent_grad_norm,
             loss_scale,
         };

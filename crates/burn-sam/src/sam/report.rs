@@ -8,14 +8,30 @@ use crate::family::VariantRecord;
 use crate::label::SamRecordLabel;
 use crate::precision::MixedPrecisionRecord;
 
-/// What [`Sam::ascend`](super::Sam::ascend) did, while its descent is pending.
+/// What [`Sam::ascend`](super::Sam::ascend) did, as its descent (or
+/// [`Phases::pending_ascent`](crate::strategy::Phases::pending_ascent)) reads it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PendingAscent {
     /// `||a * g||` of the ascent gradient, unscaled.
     pub grad_norm: f64,
-    /// False when the ascent gradient was not finite: the weights were left unperturbed and
-    /// the loss scale has already backed off.
+    /// False when the ascent gradient was not finite: the weights were left at `w` (the
+    /// perturbation was zero), and the step backs the loss scale off.
     pub perturbed: bool,
+}
+
+impl PendingAscent {
+    /// A one-pass step's: no ascent, nothing that overflowed.
+    pub(crate) const NONE: Self = Self {
+        grad_norm: f64::NAN,
+        perturbed: true,
+    };
+
+    pub(crate) fn of(grad_norm: f64) -> Self {
+        Self {
+            grad_norm,
+            perturbed: grad_norm.is_finite(),
+        }
+    }
 }
 
 /// Counters of what SAM did, saved in its record.
