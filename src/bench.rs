@@ -400,7 +400,25 @@ pub fn paired_medians<B: AutodiffBackend, M>(
 where
     M: Clone,
 {
-    assert!(rounds > 0, "paired_medians: rounds must be >= 1");
+    burst_medians::<B, M>(timed, states, rounds, 1)
+}
+
+/// [`paired_medians`] of runs of `steps` back-to-back steps, per step: the device syncs once
+/// per run, as in training, where the host queues a step while the device runs the one
+/// before, so that waits inside a step are measured as training pays for them.
+pub fn burst_medians<B: AutodiffBackend, M>(
+    timed: &mut [Timed<M>],
+    states: &mut [Option<M>],
+    rounds: usize,
+    steps: usize,
+) -> Vec<(&'static str, f64)>
+where
+    M: Clone,
+{
+    assert!(
+        rounds > 0 && steps > 0,
+        "burst_medians: rounds and steps must be >= 1"
+    );
     let device = Default::default();
     let mut times = vec![Vec::with_capacity(rounds); timed.len()];
     for round in 0..rounds {
@@ -410,9 +428,13 @@ where
                 .take()
                 .unwrap_or_else(|| timed[index].start.clone());
             let start = Instant::now();
-            states[index] = Some((timed[index].step)(state));
+            let mut state = state;
+            for _ in 0..steps {
+                state = (timed[index].step)(state);
+            }
+            states[index] = Some(state);
             B::sync(&device).expect("device sync");
-            times[index].push(start.elapsed().as_secs_f64() * 1e3);
+            times[index].push(start.elapsed().as_secs_f64() * 1e3 / steps as f64);
         }
     }
     timed

@@ -102,6 +102,13 @@ fn one_read_and_one_sync_per_step() {
         "m-sharpness: a perturbation per micro-batch, one read"
     );
 
+    // The closing sync can be turned off for measuring what it costs.
+    burn_sam::diagnostics::set_closing_sync(false);
+    let mut sam = SamConfig::new().init(SgdConfig::new().init());
+    let n = waits(|| drop(sam.step_with(1e-3, model.clone(), |m: &Mlp<B>| loss(m, &b))));
+    burn_sam::diagnostics::set_closing_sync(true);
+    assert_eq!(n, (1, 0), "SAM without its closing sync");
+
     let mut plain = AccumulationConfig::new(3).init(SgdConfig::new().init());
     let n = waits(|| drop(plain.step(1e-3, model.clone(), &window, loss)));
     assert_eq!(n, (1, 1), "plain accumulation over a window of 3");

@@ -3,7 +3,9 @@
 //! loss-scaled against unscaled f16 SAM, and Momentum-SAM against momentum SGD, on the five
 //! models `cargo xtask bench` times on the CPU backends (so that the CUDA row joins its table;
 //! the narrow ResNet-18 and the encoder have as many parameter tensors as users' models) and
-//! the CNN with BatchNorm; with burn-sam's host waits per SAM step.
+//! the CNN with BatchNorm; with burn-sam's host waits per SAM step. Then the same in bursts of
+//! back-to-back steps with one sync per burst, as training runs them, SAM with and without
+//! the sync that ends each step: what that sync costs.
 
 use std::path::Path;
 
@@ -13,8 +15,8 @@ use burn::tensor::backend::Backend as _;
 use burn::tensor::FloatDType;
 use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_suite::bench::{
-    base_step, batch, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig, EncoderConfig,
-    Net, ResNetConfig, Timed, MLP_100K, MLP_2M,
+    base_step, batch, burst_medians, copy_as, paired_medians, sam_step, two_passes_step, CnnConfig,
+    EncoderConfig, Net, ResNetConfig, Step, Timed, MLP_100K, MLP_2M,
 };
 use burn_sam_suite::MlpConfig;
 use serde_json::{json, Map, Value};
@@ -24,6 +26,10 @@ use crate::B;
 
 /// Steps of each function before timing: kernels compile and autotune on their first use.
 const WARM_UP: usize = 3;
+/// Back-to-back steps per burst.
+const BURST: usize = 8;
+/// Rounds of bursts, at most.
+const BURST_ROUNDS: usize = 5;
 
 pub fn run(rounds: usize, rows: usize, json: &Path) -> Result<(), String> {
     if rounds == 0 || rows == 0 {
@@ -121,10 +127,65 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
         "msam_over_base_f32": of("msam_f32") / of("momentum_f32"),
     });
     eprintln!("{}", json!({ "ms": ms, "ratios": ratios }));
+    let bursts = bursts(&model, &f32_batch, rounds.min(BURST_ROUNDS));
     json!({
         "params": model.num_params(),
         "ms": ms,
         "ratios": ratios,
         "host_waits_per_sam_step": waits_per_sam_step,
+        "bursts": bursts,
+    })
+}
+
+/// Per-step medians of bursts of [`BURST`] f32 steps: two passes, SAM, SAM without the sync
+/// that ends each step, momentum SGD and Momentum-SAM.
+fn bursts<M: Net<B>>(model: &M, batch: &burn_sam_suite::bench::Batch<B>, rounds: usize) -> Value {
+    let momentum =
+        || SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
+    let msam = SamConfig::new().with_variant(SamVariant::momentum_sam());
+    let sam = || sam_step(SamConfig::new(), SgdConfig::new(), batch);
+    let timed = |name, step| Timed {
+        name,
+        start: model,
+        step,
+    };
+    let mut steps: Vec<Timed<M>> = vec![
+        timed("two_passes", two_passes_step(batch)),
+        timed("sam", sam()),
+        timed("sam_no_closing_sync", without_closing_sync(sam())),
+        timed("momentum", base_step(momentum(), batch)),
+        timed("msam", sam_step(msam, momentum(), batch)),
+    ];
+    let mut states: Vec<Option<M>> = steps.iter().map(|_| None).collect();
+    burst_medians::<B, M>(&mut steps, &mut states, 1, WARM_UP);
+    let medians = burst_medians::<B, M>(&mut steps, &mut states, rounds, BURST);
+    let ms: Map<String, Value> = medians
+        .iter()
+        .map(|&(name, ms)| (name.to_string(), ms.into()))
+        .collect();
+    let of = |name: &str| ms[name].as_f64().expect("a timing");
+    let ratios = json!({
+        "sam_over_two_passes": of("sam") / of("two_passes"),
+        "sam_no_closing_sync_over_two_passes": of("sam_no_closing_sync") / of("two_passes"),
+        "msam_over_base": of("msam") / of("momentum"),
+    });
+    let report = json!({
+        "steps": BURST,
+        "rounds": rounds,
+        "ms": ms,
+        "ratios": ratios,
+        "closing_sync_ms": of("sam") - of("sam_no_closing_sync"),
+    });
+    eprintln!("bursts: {report}");
+    report
+}
+
+/// `step` with burn-sam's closing sync off (`diagnostics::set_closing_sync`).
+fn without_closing_sync<'a, M: 'a>(mut step: Step<'a, M>) -> Step<'a, M> {
+    Box::new(move |model| {
+        burn_sam::diagnostics::set_closing_sync(false);
+        let model = step(model);
+        burn_sam::diagnostics::set_closing_sync(true);
+        model
     })
 }

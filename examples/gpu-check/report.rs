@@ -79,7 +79,7 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
             45.0,
             20.0,
         ),
-        stage("bench", &["bench"], 80.0, 30.0),
+        stage("bench", &["bench"], 180.0, 90.0),
     ]
 }
 
@@ -429,5 +429,34 @@ fn print_table(report: &Value) {
                 ratio(&format!("scaled_over_unscaled_{dtype}")),
             );
         }
+    }
+    println!(
+        "\nBursts of back-to-back f32 steps, one sync per burst (as in training), per step:\n"
+    );
+    println!("| model | two passes | SAM step | sam_over_two_passes | SAM without its closing sync | closing sync | momentum SGD | Momentum-SAM | msam_over_base |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (model, facts) in bench["models"].as_object().into_iter().flatten() {
+        let bursts = &facts["bursts"];
+        let ms = |value: &Value| {
+            value
+                .as_f64()
+                .map_or("-".into(), |ms| format!("{ms:.2} ms"))
+        };
+        let ratio = |name: &str| {
+            bursts["ratios"][name]
+                .as_f64()
+                .map_or("-".into(), |r| format!("{r:.3}"))
+        };
+        println!(
+            "| {model} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            ms(&bursts["ms"]["two_passes"]),
+            ms(&bursts["ms"]["sam"]),
+            ratio("sam_over_two_passes"),
+            ms(&bursts["ms"]["sam_no_closing_sync"]),
+            ms(&bursts["closing_sync_ms"]),
+            ms(&bursts["ms"]["momentum"]),
+            ms(&bursts["ms"]["msam"]),
+            ratio("msam_over_base"),
+        );
     }
 }

@@ -1,12 +1,27 @@
 //! Counters for benchmarks and tests: every time burn-sam makes the host wait for the device.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
 static DEVICE_READS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_SYNCS: AtomicU64 = AtomicU64::new(0);
+static CLOSING_SYNC: AtomicBool = AtomicBool::new(true);
+
+/// Turns the device sync that ends every step on or off, for the whole process (on by
+/// default). For measuring what the sync costs (the GPU check's bench), not for training:
+/// without it a fused backend may fuse a step's update into the next step's first kernels,
+/// which can round differently, so a resumed run is no longer bitwise the uninterrupted one
+/// on CUDA (README, "Resume").
+pub fn set_closing_sync(on: bool) {
+    CLOSING_SYNC.store(on, Ordering::Relaxed);
+}
+
+/// Whether steps end with a device sync ([`set_closing_sync`]).
+pub fn closing_sync() -> bool {
+    CLOSING_SYNC.load(Ordering::Relaxed)
+}
 
 /// How many times burn-sam has read values back from the device in this process. A SAM step
 /// reads once (its gradient norms, which decide whether it is applied), a `LossScaled` step

@@ -10,7 +10,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
-use crate::diagnostics::sync;
+use crate::diagnostics::{closing_sync, sync};
 use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
@@ -342,6 +342,9 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
 /// offers no way to run what is queued without waiting: burn-fusion's `flush_queue` is not
 /// reachable through the `Backend` trait, and a read waits too.
 fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
+    if !closing_sync() {
+        return;
+    }
     for device in module.devices() {
         sync::<B>(&device);
     }
