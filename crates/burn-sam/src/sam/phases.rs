@@ -103,8 +103,8 @@ impl<O> Sam<O> {
     /// ([`SamError::AscentPending`]), `grads` hold parameters `module` does not have
     /// ([`SamError::ForeignGradients`]), loss scaling is on and no loss was scaled
     /// ([`SamError::UnscaledLoss`]), the step takes one pass ([`SamError::SinglePassStep`]),
-    /// [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picks nothing
-    /// ([`SamError::NothingPicked`]), or the loss scale's hard stop ([`SamError::LossScale`]).
+    /// or [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picks nothing
+    /// ([`SamError::NothingPicked`]). The loss scale's hard stop comes from the descent.
     pub fn ascend<M, B>(
         &mut self,
         lr: LearningRate,
