@@ -24,9 +24,10 @@ pub fn closing_sync() -> bool {
 }
 
 /// How many times burn-sam has read values back from the device in this process. A SAM step
-/// reads once (its gradient norms, which decide whether it is applied), a `LossScaled` step
-/// once; records read the master
-/// weights and the variants' state. Reads made by your own code are not counted.
+/// reads once on a GPU backend (both passes' gradient norms, which decide whether it is
+/// applied) and once per pass on a CPU backend (Flex, NdArray), where a read waits for
+/// nothing; a `LossScaled` step once; records read the master weights and the variants'
+/// state. Reads made by your own code are not counted.
 pub fn device_reads() -> u64 {
     DEVICE_READS.load(Ordering::Relaxed)
 }
@@ -54,8 +55,9 @@ pub fn device_syncs() -> u64 {
 /// let mut sam = SamConfig::new().init(SgdConfig::new().init());
 /// let before = diagnostics::host_waits();
 /// sam.step_with(0.1, model, |m: &Linear<B>| m.forward(x.clone()).mean()).unwrap();
-/// // One read (both passes' gradient norms) and the sync that ends the step.
-/// assert_eq!(diagnostics::host_waits() - before, 2);
+/// // On a CPU backend, where a read waits for nothing, one read per pass (its gradient
+/// // norm); on a GPU backend one read for both. Then the sync that ends the step.
+/// assert_eq!(diagnostics::host_waits() - before, 3);
 /// ```
 pub fn host_waits() -> u64 {
     device_reads() + device_syncs()

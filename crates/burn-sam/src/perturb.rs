@@ -15,6 +15,7 @@ use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
 use crate::norm::{read_norms, squared_sum, weighted, SquaresSum};
 use crate::param_map::ParamMap;
+use crate::quirks::reads_are_free;
 use crate::state::ParamState;
 
 /// A module moved by [`perturb`].
@@ -78,7 +79,7 @@ where
         module
     );
     let moved = move_along(config, lr, module, grads, loss_scale, picked)?;
-    let grad_norm = read_norms(&[moved.squares], loss_scale)[0];
+    let grad_norm = moved.norm.read(loss_scale);
     Ok(Perturbation {
         module: moved.module,
         grad_norm,
@@ -87,17 +88,46 @@ where
 }
 
 /// What [`move_along`] did: the moved module, every float tensor it had before, and the
-/// direction's `||a d||^2` (times the loss scale squared), still on the device.
+/// direction's norm.
 pub(crate) struct Moved<M, B: Backend> {
     pub module: M,
     pub snapshot: ParamMap,
-    pub squares: Option<Tensor<B, 1>>,
+    pub norm: AscentNorm<B>,
+}
+
+/// The norm of an ascent's direction, as [`move_along`] left it.
+#[derive(Clone)]
+pub(crate) enum AscentNorm<B: Backend> {
+    /// Unscaled and read back, where a read waits for nothing ([`reads_are_free`]).
+    Read(f64),
+    /// `||a d||^2` times the loss scale squared, still on the device (`None` without
+    /// gradients): the step reads it with its descent's.
+    OnDevice(Option<Tensor<B, 1>>),
+}
+
+impl<B: Backend> AscentNorm<B> {
+    /// The unscaled norm, read back if it is still on the device.
+    pub fn read(self, loss_scale: f32) -> f64 {
+        match self {
+            Self::Read(norm) => norm,
+            Self::OnDevice(squares) => read_norms(&[squares], loss_scale)[0],
+        }
+    }
+}
+
+/// What the perturbation multiplies `a^2 g` by: `rho_t / (loss_scale * (||a g|| + eps))`.
+enum Factor<B: Backend> {
+    /// Read back: 0 when the norm is not finite (nothing moves).
+    Host(f64),
+    /// On the device, with a flag that is true when the norm is not finite.
+    Device(Broadcast<B>, Broadcast<B, Bool>),
 }
 
 /// SAM's move along `direction` (the ascent gradient or a variant's direction, carrying
 /// `loss_scale`): `w + e`, `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))` over the
-/// `picked` parameters, decided on the device: no host wait. A norm that is not finite makes
-/// `e` zero (the module stays at `w`); the step's one read finds it.
+/// `picked` parameters, decided on the device (no host wait) unless a read is free
+/// ([`reads_are_free`]). A norm that is not finite makes `e` zero (the module stays at `w`);
+/// the step's read finds it.
 pub(crate) fn move_along<M, B>(
     config: &SamConfig,
     lr: LearningRate,
@@ -114,17 +144,34 @@ where
     let squares = squared_sum(&module, &direction, eta, picked.as_ref());
     let squares = or_hand_back!(squares, module);
     let scale = f64::from(loss_scale);
-    let factor = squares.clone().map(|sum| {
-        // False for inf and NaN: one comparison where `is_finite` takes several kernels.
-        let finite = sum.clone().lower_elem(f64::INFINITY);
-        let denominator = sum
-            .sqrt()
-            .div_scalar(scale)
-            .add_scalar(config.eps)
-            .mul_scalar(scale);
-        let factor = denominator.recip().mul_scalar(config.rho_at(lr));
-        (Broadcast::new(factor), Broadcast::new(finite.bool_not()))
-    });
+    let rho = config.rho_at(lr);
+    let free = squares
+        .as_ref()
+        .is_some_and(|sum| reads_are_free::<B::InnerBackend>(&sum.device()));
+    let (factor, norm) = match squares {
+        Some(sum) if free => {
+            let norm = read_norms(&[Some(sum)], loss_scale)[0];
+            let factor = match norm.is_finite() {
+                true => rho / (scale * (norm + config.eps)),
+                false => 0.0,
+            };
+            (Some(Factor::Host(factor)), AscentNorm::Read(norm))
+        }
+        squares => {
+            let factor = squares.clone().map(|sum| {
+                // False for inf and NaN: one comparison where `is_finite` takes several kernels.
+                let finite = sum.clone().lower_elem(f64::INFINITY);
+                let denominator = sum
+                    .sqrt()
+                    .div_scalar(scale)
+                    .add_scalar(config.eps)
+                    .mul_scalar(scale);
+                let factor = denominator.recip().mul_scalar(rho);
+                Factor::Device(Broadcast::new(factor), Broadcast::new(finite.bool_not()))
+            });
+            (factor, AscentNorm::OnDevice(squares))
+        }
+    };
     sync_running_states(&module);
     let mut perturb = Perturb {
         grads: direction,
@@ -137,7 +184,7 @@ where
     Ok(Moved {
         module,
         snapshot: perturb.snapshot,
-        squares,
+        norm,
     })
 }
 
@@ -223,7 +270,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
 struct Perturb<B: Backend> {
     grads: GradientsParams,
     eta: Option<f64>,
-    factor: Option<(Broadcast<B>, Broadcast<B, Bool>)>,
+    factor: Option<Factor<B>>,
     picked: Option<HashSet<ParamId>>,
     snapshot: ParamMap,
 }
@@ -237,22 +284,25 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
             .as_ref()
             .is_none_or(|picked| picked.contains(&id));
         let grad = self.grads.remove::<B::InnerBackend, D>(id);
-        let tensor = match (grad, &mut self.factor) {
-            (Some(grad), Some((factor, not_finite))) if picked => {
-                let require_grad = tensor.is_require_grad();
-                let weight = tensor.inner();
-                let dtype = weight.dtype();
-                // `step` is the only owner of its buffer: backends that can (Flex) compute it
-                // in place.
-                let step = weighted(weight.clone(), widen(grad), self.eta, 2) * factor.get();
-                let step = step.mask_fill(not_finite.get(), 0.0);
-                tracked(
-                    Tensor::from_inner((step + widen(weight)).cast(dtype)),
-                    require_grad,
-                )
-            }
-            _ => tensor,
+        let unmoved = matches!(self.factor, None | Some(Factor::Host(0.0)));
+        let (Some(grad), Some(factor), true) = (grad, &mut self.factor, picked && !unmoved) else {
+            return Param::from_mapped_value(id, tensor, mapper);
         };
+        let require_grad = tensor.is_require_grad();
+        let weight = tensor.inner();
+        let dtype = weight.dtype();
+        // `step` is the only owner of its buffer: backends that can (Flex) compute it in place.
+        let step = weighted(weight.clone(), widen(grad), self.eta, 2);
+        let step = match factor {
+            Factor::Host(factor) => step.mul_scalar(*factor),
+            Factor::Device(factor, not_finite) => {
+                (step * factor.get()).mask_fill(not_finite.get(), 0.0)
+            }
+        };
+        let tensor = tracked(
+            Tensor::from_inner((step + widen(weight)).cast(dtype)),
+            require_grad,
+        );
         Param::from_mapped_value(id, tensor, mapper)
     }
 }

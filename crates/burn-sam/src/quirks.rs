@@ -21,6 +21,18 @@ pub(crate) fn squared_norm_by_matmul<B: Backend>(device: &Device<B>) -> bool {
     B::name(device) == "flex"
 }
 
+/// Whether reading a value back waits for nothing but the value: on the CPU backends that
+/// compute each operation as it is called (`"flex"`, `"ndarray"`).
+///
+/// There SAM reads its ascent's norm where it is made and moves the weights by a host scalar,
+/// one multiply per tensor, in place. Elsewhere a read stalls the device's queue, so the
+/// perturbation's scale and a "not finite" flag stay on the device, for a broadcast multiply
+/// and a mask per tensor: fusion folds both into the move's one kernel, but on these CPU
+/// backends they cost 3-7% of a SAM step on the MLPs (2026-12-05, docs/performance.md).
+pub(crate) fn reads_are_free<B: Backend>(device: &Device<B>) -> bool {
+    matches!(B::name(device).as_str(), "flex" | "ndarray")
+}
+
 /// Whether a global norm is computed over all tensors at once rather than one reduction per
 /// tensor summed: on a fused backend (Burn's `fusion`, `"fusion<...>"`).
 ///

@@ -13,7 +13,7 @@ use crate::filter::perturbed_params;
 use crate::hand_back::StepError;
 use crate::norm::read_norms;
 use crate::param_map::{AnyValue, ParamMap};
-use crate::perturb::{move_along, snapshot_covers, sync_running_states, Restore};
+use crate::perturb::{move_along, snapshot_covers, sync_running_states, AscentNorm, Restore};
 use crate::state::ParamState;
 
 /// What the ascent leaves for the descent.
@@ -24,10 +24,10 @@ pub(super) struct Pending {
     ascent_grads: ParamMap,
     /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
     variant_state: ParamState<f64>,
-    /// The ascent direction's squared norm (times the loss scale squared), an
-    /// `Option<Tensor<B::InnerBackend, 1>>` on the device: read with the descent's, the
-    /// step's one read. `None` on a one-pass step, which has no ascent.
-    ascent_squares: Option<AnyValue>,
+    /// The ascent direction's norm, an `AscentNorm<B::InnerBackend>`: when still on the
+    /// device, read with the descent's, the step's one read. `None` on a one-pass step, which
+    /// has no ascent.
+    ascent_norm: Option<AnyValue>,
 }
 
 /// Where the module a Momentum-SAM step gets is.
@@ -47,7 +47,7 @@ impl Pending {
             snapshot: ParamMap::default(),
             ascent_grads: ParamMap::default(),
             variant_state: ParamState::default(),
-            ascent_squares: None,
+            ascent_norm: None,
         }
     }
 
@@ -58,14 +58,18 @@ impl Pending {
         descent: Option<Tensor<B, 1>>,
         loss_scale: f32,
     ) -> (PendingAscent, f64) {
-        let ascent = self.ascent_squares.as_ref().map(|squares| {
-            squares
-                .get::<Option<Tensor<B, 1>>>()
+        let ascent = self.ascent_norm.as_ref().map(|norm| {
+            norm.get::<AscentNorm<B>>()
                 .expect("the ascent's norm is on the descent's backend")
         });
-        let norms = read_norms(&[ascent.clone().flatten(), descent], loss_scale);
+        let on_device = match &ascent {
+            Some(AscentNorm::OnDevice(squares)) => squares.clone(),
+            _ => None,
+        };
+        let norms = read_norms(&[on_device, descent], loss_scale);
         let ascent = match ascent {
-            Some(_) => PendingAscent::of(norms[0]),
+            Some(AscentNorm::Read(norm)) => PendingAscent::of(norm),
+            Some(AscentNorm::OnDevice(_)) => PendingAscent::of(norms[0]),
             None => PendingAscent::NONE,
         };
         (ascent, norms[1])
@@ -144,7 +148,7 @@ impl<O> Sam<O> {
             snapshot: moved.snapshot,
             ascent_grads: ascent.ascent_grads,
             variant_state: ascent.state,
-            ascent_squares: Some(AnyValue::new(moved.squares)),
+            ascent_norm: Some(AnyValue::new(moved.norm)),
         });
         Ok(moved.module)
     }
