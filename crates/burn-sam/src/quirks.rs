@@ -27,8 +27,9 @@ pub(crate) fn squared_norm_by_matmul<B: Backend>(device: &Device<B>) -> bool {
 /// There SAM reads its ascent's norm where it is made and moves the weights by a host scalar,
 /// one multiply per tensor, in place. Elsewhere a read stalls the device's queue, so the
 /// perturbation's scale and a "not finite" flag stay on the device, for a broadcast multiply
-/// and a mask per tensor: fusion folds both into the move's one kernel, but on these CPU
-/// backends they cost 3-7% of a SAM step on the MLPs (2026-12-05, docs/performance.md).
+/// and a mask per tensor: fusion folds both into the move's one kernel, while on these CPU
+/// backends they are passes of their own, which never came out ahead in a probe of the MLPs
+/// (2026-12-05, docs/performance.md, "Launches and host waits per step").
 pub(crate) fn reads_are_free<B: Backend>(device: &Device<B>) -> bool {
     matches!(B::name(device).as_str(), "flex" | "ndarray")
 }
