@@ -3,7 +3,9 @@
 //! kernels have compiled and tuned, 20 more steps compile nothing and tune nothing: no value
 //! (learning rate, loss scale, step count) is baked into a kernel and no shape changes from
 //! step to step. Each new kernel costs a compilation (about 0.2 s with NVRTC on an H200) and
-//! each new matmul shape an autotune run (seconds), on every step that makes one.
+//! each new matmul shape an autotune run (seconds), on every step that makes one. Each of
+//! these steps also waits for the device twice: one read (the step's gradient norms) and the
+//! sync that ends it.
 //!
 //! CubeCL reads its configuration once per process, so the scenarios share one test.
 #![cfg(all(feature = "vulkan", feature = "fusion"))]
@@ -21,7 +23,7 @@ use burn::train::metric::LossMetric;
 use burn::train::{Learner, SupervisedTraining};
 use burn_sam::{cast_params, LossScalerConfig, SamConfig};
 use burn_sam_accum::train::SamTraining;
-use burn_sam_accum::{AccumulationConfig, MicroBatch};
+use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 use burn_sam_suite::kernels::{KernelCache, KernelCounts};
 use burn_sam_suite::{blobs, ClassBatch, ClassBatcher, Classifier, MlpConfig, Quiet};
 use std::sync::Arc;
@@ -61,6 +63,14 @@ fn settled(log: &Path) -> KernelCounts {
     B::sync(&Default::default()).expect("device sync");
     std::thread::sleep(std::time::Duration::from_millis(300));
     KernelCounts::read(log)
+}
+
+/// burn-sam's device reads and syncs while `f` runs.
+fn waits(f: impl FnOnce()) -> (u64, u64) {
+    use burn_sam::diagnostics::{device_reads, device_syncs};
+    let (reads, syncs) = (device_reads(), device_syncs());
+    f();
+    (device_reads() - reads, device_syncs() - syncs)
 }
 
 /// Runs `step` `WARM_UP` times, then `STEPS` times, and checks the second run compiled and
@@ -146,24 +156,57 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
         model = Some(step.module);
     });
 
+    // m-sharpness: each micro-batch perturbed by its own gradient, one read for the step.
+    let mut local = AccumulationConfig::new(2)
+        .with_ascent(Ascent::Local)
+        .init(SamConfig::new().with_rho(0.1).init(sgd().init()));
+    let mut model = Some(self::model());
+    let n = waits(|| {
+        assert_steady("SAM, m-sharpness", log, || {
+            let step = local
+                .step(
+                    0.05,
+                    model.take().unwrap(),
+                    &micro_batches,
+                    |m: &Model, b| m.loss(b),
+                )
+                .expect("a step");
+            model = Some(step.module);
+        });
+    });
+    let steps = (WARM_UP + STEPS) as u64;
+    assert_eq!(
+        n,
+        (steps, steps),
+        "m-sharpness: one read and one sync per step"
+    );
+
     // Burn's Learner with SamTraining: a second training of 20 steps (one epoch) after a
     // first one compiles and tunes nothing.
     let learner_model = self::model();
     let mut trainings = 0;
-    assert_steady_trainings(log, || {
-        trainings += 1;
-        let optim = SamConfig::new().with_rho(0.1).init(sgd().init());
-        let strategy = SamTraining::new(Default::default(), &optim);
-        let learner = Learner::new(learner_model.clone(), optim, 0.05);
-        let artifacts = dir.join(format!("learner-{trainings}"));
-        SupervisedTraining::new(&artifacts, train_loader(), valid_loader())
-            .metrics((LossMetric::new(),))
-            .renderer(Quiet)
-            .with_application_logger(None)
-            .with_training_strategy(strategy.into_strategy())
-            .num_epochs(1)
-            .launch(learner);
+    let n = waits(|| {
+        assert_steady_trainings(log, || {
+            trainings += 1;
+            let optim = SamConfig::new().with_rho(0.1).init(sgd().init());
+            let strategy = SamTraining::new(Default::default(), &optim);
+            let learner = Learner::new(learner_model.clone(), optim, 0.05);
+            let artifacts = dir.join(format!("learner-{trainings}"));
+            SupervisedTraining::new(&artifacts, train_loader(), valid_loader())
+                .metrics((LossMetric::new(),))
+                .renderer(Quiet)
+                .with_application_logger(None)
+                .with_training_strategy(strategy.into_strategy())
+                .num_epochs(1)
+                .launch(learner);
+        })
     });
+    let steps = 2 * STEPS as u64;
+    assert_eq!(
+        n,
+        (steps, steps),
+        "SamTraining: one read and one sync per step"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
