@@ -136,50 +136,37 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
         model = Some(step.module);
     });
 
-    // Exact accumulation: two micro-batches of 16 as one batch of 32.
+    // Two micro-batches of 16 as one batch of 32.
     let micro_batches = [
         MicroBatch::with_items(batch(16, 2), 16),
         MicroBatch::with_items(batch(16, 3), 16),
     ];
-    let mut accumulation =
-        AccumulationConfig::new(2).init(SamConfig::new().with_rho(0.1).init(sgd().init()));
-    let mut model = Some(self::model());
-    assert_steady("SAM, accumulated", log, || {
-        let step = accumulation
-            .step(
-                0.05,
-                model.take().unwrap(),
-                &micro_batches,
-                |m: &Model, b| m.loss(b),
-            )
-            .expect("a step");
-        model = Some(step.module);
-    });
-
-    // m-sharpness: each micro-batch perturbed by its own gradient, one read for the step.
-    let mut local = AccumulationConfig::new(2)
-        .with_ascent(Ascent::Local)
-        .init(SamConfig::new().with_rho(0.1).init(sgd().init()));
-    let mut model = Some(self::model());
-    let n = waits(|| {
-        assert_steady("SAM, m-sharpness", log, || {
-            let step = local
-                .step(
-                    0.05,
-                    model.take().unwrap(),
-                    &micro_batches,
-                    |m: &Model, b| m.loss(b),
-                )
-                .expect("a step");
-            model = Some(step.module);
+    // Exact accumulation and m-sharpness (each micro-batch perturbed by its own gradient):
+    // one read and one sync per step either way.
+    for (what, ascent) in [
+        ("SAM, accumulated", Ascent::Synced),
+        ("SAM, m-sharpness", Ascent::Local),
+    ] {
+        let mut accumulation = AccumulationConfig::new(2)
+            .with_ascent(ascent)
+            .init(SamConfig::new().with_rho(0.1).init(sgd().init()));
+        let mut model = Some(self::model());
+        let n = waits(|| {
+            assert_steady(what, log, || {
+                let step = accumulation
+                    .step(
+                        0.05,
+                        model.take().unwrap(),
+                        &micro_batches,
+                        |m: &Model, b| m.loss(b),
+                    )
+                    .expect("a step");
+                model = Some(step.module);
+            });
         });
-    });
-    let steps = (WARM_UP + STEPS) as u64;
-    assert_eq!(
-        n,
-        (steps, steps),
-        "m-sharpness: one read and one sync per step"
-    );
+        let steps = (WARM_UP + STEPS) as u64;
+        assert_eq!(n, (steps, steps), "{what}: one read and one sync per step");
+    }
 
     // Burn's Learner with SamTraining: a second training of 20 steps (one epoch) after a
     // first one compiles and tunes nothing.

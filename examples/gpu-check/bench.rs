@@ -113,10 +113,7 @@ fn bench_model<M: Net<B>>(model: M, rounds: usize, rows: usize) -> Value {
     // Four SAM steps (f32, f16, loss-scaled f16, Momentum-SAM) per round.
     let waits_per_sam_step =
         (burn_sam::diagnostics::host_waits() - waits) as f64 / (4 * rounds) as f64;
-    let ms: Map<String, Value> = medians
-        .iter()
-        .map(|&(name, ms)| (name.to_string(), ms.into()))
-        .collect();
+    let ms = by_name(&medians);
     let of = |name: &str| ms[name].as_f64().expect("a timing");
     let ratios = json!({
         "sam_over_base_f32": of("sam_f32") / of("base_f32"),
@@ -159,10 +156,7 @@ fn bursts<M: Net<B>>(model: &M, batch: &burn_sam_suite::bench::Batch<B>, rounds:
     let mut states: Vec<Option<M>> = steps.iter().map(|_| None).collect();
     burst_medians::<B, M>(&mut steps, &mut states, 1, WARM_UP);
     let medians = burst_medians::<B, M>(&mut steps, &mut states, rounds, BURST);
-    let ms: Map<String, Value> = medians
-        .iter()
-        .map(|&(name, ms)| (name.to_string(), ms.into()))
-        .collect();
+    let ms = by_name(&medians);
     let of = |name: &str| ms[name].as_f64().expect("a timing");
     let ratios = json!({
         "sam_over_two_passes": of("sam") / of("two_passes"),
@@ -178,6 +172,14 @@ fn bursts<M: Net<B>>(model: &M, batch: &burn_sam_suite::bench::Batch<B>, rounds:
     });
     eprintln!("bursts: {report}");
     report
+}
+
+/// Medians by step name, in ms.
+fn by_name(medians: &[(&str, f64)]) -> Map<String, Value> {
+    medians
+        .iter()
+        .map(|&(name, ms)| (name.to_string(), ms.into()))
+        .collect()
 }
 
 /// `step` with burn-sam's closing sync off (`diagnostics::set_closing_sync`).
