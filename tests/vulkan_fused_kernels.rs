@@ -169,36 +169,50 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
     }
 
     // Burn's Learner with SamTraining: a second training of 20 steps (one epoch) after a
-    // first one compiles and tunes nothing.
-    let learner_model = self::model();
-    let mut trainings = 0;
-    let n = waits(|| {
-        assert_steady_trainings(log, || {
-            trainings += 1;
-            let optim = SamConfig::new().with_rho(0.1).init(sgd().init());
-            let strategy = SamTraining::new(Default::default(), &optim);
-            let learner = Learner::new(learner_model.clone(), optim, 0.05);
-            let artifacts = dir.join(format!("learner-{trainings}"));
-            SupervisedTraining::new(&artifacts, train_loader(), valid_loader())
-                .metrics((LossMetric::new(),))
-                .renderer(Quiet)
-                .with_application_logger(None)
-                .with_training_strategy(strategy.into_strategy())
-                .num_epochs(1)
-                .launch(learner);
-        })
-    });
-    let steps = 2 * STEPS as u64;
-    assert_eq!(
-        n,
-        (steps, steps),
-        "SamTraining: one read and one sync per step"
-    );
+    // first one compiles and tunes nothing. On one device, and data-parallel over two handles
+    // of it with each replica perturbed by its own gradient: the replicas' ascents wait for
+    // nothing either (the fault of one that overflows reaches the descent on the device).
+    for (what, ascent) in [("one device", None), ("local ascents", Some(Ascent::Local))] {
+        let learner_model = self::model();
+        let mut trainings = 0;
+        let n = waits(|| {
+            assert_steady_trainings(what, log, || {
+                trainings += 1;
+                let optim = SamConfig::new().with_rho(0.1).init(sgd().init());
+                let strategy = match ascent {
+                    None => SamTraining::new(Default::default(), &optim),
+                    Some(ascent) => {
+                        use burn::backend::wgpu::WgpuDevice;
+                        // Two devices, each with its own fusion stream, as on two GPUs.
+                        let devices = vec![WgpuDevice::DefaultDevice, WgpuDevice::Cpu];
+                        SamTraining::data_parallel(devices, &optim, ascent).expect("SAM")
+                    }
+                };
+                let learner = Learner::new(learner_model.clone(), optim, 0.05);
+                let artifacts = dir.join(format!("learner-{what}-{trainings}"));
+                SupervisedTraining::new(&artifacts, train_loader(), valid_loader())
+                    .metrics((LossMetric::new(),))
+                    .renderer(Quiet)
+                    .with_application_logger(None)
+                    .with_training_strategy(strategy.into_strategy())
+                    .num_epochs(1)
+                    .launch(learner);
+            })
+        });
+        // Each step takes a batch per replica.
+        let replicas = if ascent.is_some() { 2 } else { 1 };
+        let steps = 2 * (STEPS / replicas) as u64;
+        assert_eq!(
+            n,
+            (steps, steps),
+            "SamTraining, {what}: one read and one sync per step"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// One Learner training as warm-up, then a second one that must compile and tune nothing.
-fn assert_steady_trainings(log: &Path, mut train: impl FnMut()) {
+fn assert_steady_trainings(what: &str, log: &Path, mut train: impl FnMut()) {
     train();
     let warm = settled(log);
     train();
@@ -206,7 +220,7 @@ fn assert_steady_trainings(log: &Path, mut train: impl FnMut()) {
     assert_eq!(
         new,
         KernelCounts::default(),
-        "SamTraining: a second training of {STEPS} steps compiled or tuned something (see {})",
+        "SamTraining, {what}: a second training of {STEPS} steps compiled or tuned something (see {})",
         log.display()
     );
 }

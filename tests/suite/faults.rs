@@ -1,7 +1,9 @@
 //! Non-finite gradients never reach the weights.
 
-use burn::optim::{AdamConfig, Optimizer};
-use burn::tensor::backend::AutodiffBackend;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::Tensor;
+use burn_sam::strategy::{map_grads, perturb, GradMap, ParamGrad};
 use burn_sam::{SamConfig, StepOutcome};
 use burn_sam_suite::Mlp;
 
@@ -75,4 +77,62 @@ pub fn non_finite_descent_changes_nothing<B: AutodiffBackend>() {
     let mut untouched = untouched;
     let expected = untouched.step_with(1e-2, model, loss).unwrap().module;
     assert_eq!(tensors(&after_faults), tensors(&expected));
+}
+
+/// Every gradient's values, in the module's order.
+fn grad_values<B: AutodiffBackend>(model: &Mlp<B>, grads: GradientsParams) -> Vec<Vec<f64>> {
+    struct Values(Vec<Vec<f64>>);
+    impl<B: Backend> GradMap<B> for Values {
+        fn map<const D: usize>(&mut self, param: ParamGrad<B, D>) -> Option<Tensor<B, D>> {
+            let values = param.tensor.clone().into_data().iter::<f64>().collect();
+            self.0.push(values);
+            Some(param.tensor)
+        }
+    }
+    let mut values = Values(Vec::new());
+    map_grads(model, grads, &mut values);
+    values.0
+}
+
+/// A replica's local ascent (`strategy::perturb`) with a gradient that is not finite leaves
+/// the copy at `w` and either says so without a wait (CPU backends: skip the second pass) or
+/// makes the gradients taken there not finite (GPU backends, where the norm stays on the
+/// device), so that the step is skipped either way; a finite ascent passes them on unchanged.
+pub fn local_ascent_passes_its_fault_on<B: AutodiffBackend>() {
+    let problem = problem::<B>(1);
+    let batch = &problem.batches[0];
+    let model = problem.model;
+    let config = SamConfig::new();
+
+    let moved = perturb(&config, 0.1, model.clone(), batch_grads(&model, batch), 1.0).unwrap();
+    assert!(moved.perturbed() && !moved.known_unperturbed());
+    let grads = grad_values(&moved.module, batch_grads(&moved.module, batch));
+    let carried = moved.carry_fault(batch_grads(&moved.module, batch));
+    assert_eq!(
+        grad_values(&moved.module, carried),
+        grads,
+        "finite: bit for bit"
+    );
+
+    for value in [f64::NAN, f64::INFINITY] {
+        let mut grads = batch_grads(&model, batch);
+        poison(&model, &mut grads, value);
+        let moved = perturb(&config, 0.1, model.clone(), grads, 1.0).unwrap();
+        assert_eq!(
+            tensors(&moved.module),
+            tensors(&model),
+            "unmoved on {value}"
+        );
+        assert!(
+            !moved.perturbed() && !moved.grad_norm().is_finite(),
+            "{value}"
+        );
+        if moved.known_unperturbed() {
+            continue;
+        }
+        // The gradient at `w` is finite; the fault must still reach the step.
+        let at_w = batch_grads(&moved.module, batch);
+        let carried = grad_values(&moved.module, moved.carry_fault(at_w));
+        assert!(!all_finite(&carried), "the fault of {value} is carried");
+    }
 }

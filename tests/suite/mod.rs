@@ -101,6 +101,7 @@ macro_rules! backend_suite {
                 misuse_hard_stop_and_step_with_hand_the_module_back => misuse::hard_stop_and_step_with_hand_the_module_back::<B>(),
                 non_finite_ascent_falls_back_to_base_step => faults::non_finite_ascent_falls_back_to_base_step::<B>(),
                 non_finite_descent_changes_nothing => faults::non_finite_descent_changes_nothing::<B>(),
+                local_ascent_passes_its_fault_on => faults::local_ascent_passes_its_fault_on::<B>(),
                 accumulation_micro_batch_gradients_equal_the_union => accumulation::micro_batch_gradients_equal_the_union::<B>(),
                 accumulation_plain_trajectory_equals_the_large_batch => accumulation::plain_trajectory_equals_the_large_batch::<B>(),
                 accumulation_exact_sam_trajectory_equals_the_large_batch => accumulation::exact_sam_trajectory_equals_the_large_batch::<B>(),

@@ -55,6 +55,7 @@ mod merge;
 mod norm;
 mod param_map;
 mod perturb;
+mod perturbation;
 mod precision;
 mod protocol;
 mod quirks;

@@ -10,82 +10,12 @@ use burn::tensor::{Bool, Tensor};
 
 use crate::broadcast::Broadcast;
 use crate::config::SamConfig;
-use crate::filter::perturbed_params;
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
 use crate::norm::{read_norms, squared_sum, weighted, SquaresSum};
 use crate::param_map::ParamMap;
 use crate::quirks::reads_are_free;
 use crate::state::ParamState;
-
-/// A module moved by [`perturb`].
-#[derive(Debug)]
-pub struct Perturbation<M> {
-    /// The module at `w + e(w)`; at `w` when the gradient was not finite.
-    pub module: M,
-    /// `||a * g||` of the gradient, unscaled (ASAM's `a = |w| + eta`, SAM's `a = 1`).
-    pub grad_norm: f64,
-    /// False when the gradient was not finite: the module was left at `w`.
-    pub perturbed: bool,
-}
-
-/// SAM's ascent as a pure function of the configuration: moves `module` from `w` to
-/// `w + e(w)`, `e = rho_t * a^2 * g / (||a g|| + eps)`, with `g` the gradient at `w` (`grads`,
-/// carrying `loss_scale`), `rho_t` the radius at learning rate `lr` ([`SamConfig::rho_at`]),
-/// only the parameters [`SamConfig::perturb_only`] picks. [`Sam::ascend`](crate::Sam::ascend)
-/// moves by this same path, and also keeps `w` to step from; unlike it, `perturb` reads the
-/// norm back for its report (one host wait).
-///
-/// For a copy of the model that is dropped once its gradient is taken: data-parallel SAM's
-/// local ascent, where each replica is perturbed by its own gradient. The SAM variants'
-/// own rules (Friendly-SAM's direction, GSAM's and LookSAM's descents) need the optimizer's
-/// state and are not applied here.
-///
-/// ```
-/// use burn::backend::{Autodiff, Flex};
-/// use burn::nn::{Linear, LinearConfig};
-/// use burn::optim::GradientsParams;
-/// use burn::tensor::Tensor;
-/// use burn_sam::strategy::perturb;
-/// use burn_sam::SamConfig;
-///
-/// type B = Autodiff<Flex>;
-/// let device = Default::default();
-/// let model: Linear<B> = LinearConfig::new(3, 1).init(&device);
-/// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
-/// let grads = GradientsParams::from_grads(loss.backward(), &model);
-/// let moved = perturb(&SamConfig::new().with_rho(0.05), 0.1, model, grads, 1.0).unwrap();
-/// assert!(moved.perturbed && moved.grad_norm > 0.0);
-/// ```
-///
-/// # Errors
-/// With `module` handed back unmoved: `grads` hold parameters `module` does not have
-/// ([`SamError::ForeignGradients`](crate::SamError::ForeignGradients)), or
-/// [`SamConfig::perturb_only`] picks nothing
-/// ([`SamError::NothingPicked`](crate::SamError::NothingPicked)).
-pub fn perturb<M, B>(
-    config: &SamConfig,
-    lr: LearningRate,
-    module: M,
-    grads: GradientsParams,
-    loss_scale: f32,
-) -> Result<Perturbation<M>, StepError<M>>
-where
-    M: AutodiffModule<B>,
-    B: AutodiffBackend,
-{
-    let picked = or_hand_back!(
-        perturbed_params(&module, config.perturb_only.as_deref()),
-        module
-    );
-    let moved = move_along(config, lr, module, grads, loss_scale, picked)?;
-    let grad_norm = moved.norm.read(loss_scale);
-    Ok(Perturbation {
-        module: moved.module,
-        grad_norm,
-        perturbed: grad_norm.is_finite(),
-    })
-}
 
 /// What [`move_along`] did: the moved module, every float tensor it had before, and the
 /// direction's norm.
@@ -372,77 +302,4 @@ impl<B: Backend> ModuleMapper<B> for Restore {
 /// pending into their values, so that they can be read and overwritten.
 pub(crate) fn sync_running_states<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     drop(module.valid());
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::backend::{Autodiff, Flex};
-    use burn::nn::{Linear, LinearConfig};
-    use burn::tensor::Tensor;
-
-    use super::*;
-
-    type B = Autodiff<Flex>;
-
-    fn flat(model: &Linear<B>) -> Vec<f64> {
-        let mut values: Vec<f64> = model.weight.val().into_data().iter::<f64>().collect();
-        values.extend(model.bias.as_ref().unwrap().val().into_data().iter::<f64>());
-        values
-    }
-
-    /// The model, `dL/dw` of `sum(model(x))` times `scale`, flattened like [`flat`].
-    fn setup(scale: f64) -> (Linear<B>, GradientsParams, Vec<f64>) {
-        let device = Default::default();
-        let model: Linear<B> = LinearConfig::new(3, 2).init(&device);
-        let x = Tensor::<B, 2>::from_floats([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]], &device);
-        let loss = model.forward(x).sum().mul_scalar(scale);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        // d sum(x w + b) / dw[i][j] = sum_rows x[., i]; / db[j] = rows.
-        let column = [4.0, -1.75, -0.5];
-        let mut grad: Vec<f64> = column.iter().flat_map(|&g| [g, g]).collect();
-        grad.extend([2.0, 2.0]);
-        (model, grads, grad)
-    }
-
-    #[test]
-    fn sam_moves_by_rho_along_the_unit_gradient() {
-        for (scale, eta) in [(1.0, None), (1024.0, None), (1.0, Some(0.01))] {
-            let (model, grads, grad) = setup(scale);
-            let w = flat(&model);
-            let config = SamConfig::new()
-                .with_rho(0.05)
-                .with_adaptive(eta.is_some())
-                .with_eta(eta.unwrap_or(0.0));
-            let moved = perturb(&config, 0.1, model, grads, scale as f32).unwrap();
-            let a: Vec<f64> = w
-                .iter()
-                .map(|w| eta.map_or(1.0, |eta| w.abs() + eta))
-                .collect();
-            let norm = grad
-                .iter()
-                .zip(&a)
-                .map(|(g, a)| (a * g).powi(2))
-                .sum::<f64>()
-                .sqrt();
-            assert!(
-                (moved.grad_norm - norm).abs() <= 1e-6 * norm,
-                "{scale} {eta:?}"
-            );
-            let expected: Vec<f64> = (0..w.len())
-                .map(|i| w[i] + 0.05 * a[i] * a[i] * grad[i] / norm)
-                .collect();
-            for (got, want) in flat(&moved.module).iter().zip(&expected) {
-                assert!((got - want).abs() <= 1e-6, "{scale} {eta:?}: {got} {want}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_gradient_that_is_not_finite_moves_nothing() {
-        let (model, grads, _) = setup(f64::INFINITY);
-        let w = flat(&model);
-        let moved = perturb(&SamConfig::new(), 0.1, model, grads, 1.0).unwrap();
-        assert!(!moved.perturbed && !moved.grad_norm.is_finite());
-        assert_eq!(flat(&moved.module), w);
-    }
 }

@@ -17,8 +17,9 @@
 //! 3. N replicas, synced ascent: the same; each pass's gradient is the item-weighted mean of
 //!    the replicas' gradients at the same model.
 //! 4. N replicas, local ascents (on [`Passes::Two`]): each replica moves its copy by its own
-//!    gradient ([`perturb`]) and takes the gradient there; their mean is handed over as
-//!    [`Handover::LocalDescent`], and one `Optimizer::step` steps `w`.
+//!    gradient ([`perturb`]) and takes the gradient there
+//!    ([`Perturbation::carry_fault`] passes an overflowing ascent on to it); their mean is
+//!    handed over as [`Handover::LocalDescent`], and one `Optimizer::step` steps `w`.
 //! 5. Momentum-SAM ([`Passes::LookAhead`]): one pass at `link.look_ahead(model)`, handed over
 //!    as `Handover::Gradient`; `Optimizer::step` gets the model at `w` and steps it.
 //!
@@ -44,7 +45,7 @@ use crate::sam::{PendingAscent, Sam, StepReport};
 pub use crate::float::widen;
 pub use crate::grad_map::{map_grads, GradMap, ParamGrad};
 pub use crate::or_hand_back;
-pub use crate::perturb::{perturb, Perturbation};
+pub use crate::perturbation::{perturb, Perturbation};
 pub use crate::precision::guarded_step;
 pub use crate::protocol::{Handover, NextStep, Passes};
 pub use crate::quirks::transfers_through_host;

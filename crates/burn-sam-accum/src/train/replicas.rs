@@ -285,11 +285,17 @@ where
     };
     let moved = perturb(config, lr, replica, grads, loss_scale.unwrap_or(1.0))
         .unwrap_or_else(|error| panic!("{}", error.error));
-    if !moved.perturbed {
+    if moved.known_unperturbed() {
         return (ascent_copy, moved.module, outputs);
     }
     drop(ascent_copy);
-    let grads = weighted_gradient(&moved.module, inputs, weights, loss_scale, None);
+    let Summed { grads, as_came } =
+        weighted_gradient(&moved.module, inputs, weights, loss_scale, None);
+    // Where the ascent's norm stayed on the device, a fault in it reaches the descent here.
+    let grads = Summed {
+        grads: moved.carry_fault(grads),
+        as_came,
+    };
     (grads, moved.module, outputs)
 }
 
