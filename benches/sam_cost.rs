@@ -161,7 +161,7 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
         ),
         timed("param_pass", &model, param_pass_step()),
         timed("large_batch_step", &model, base_step(sgd(), &large)),
-        timed("window_passes_step", &model, window_passes_step(&window)),
+        timed("window_passes_step", &model, window_passes_step(&window, 1)),
         timed(
             "accum4_step",
             &model,

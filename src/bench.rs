@@ -299,13 +299,22 @@ pub fn base_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(
 
 /// SAM's floor: two forward/backward passes (the first gradient is dropped) and one base step.
 pub fn two_passes_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(batch: &'a Batch<B>) -> Step<'a, M> {
+    passes_step(vec![batch; 2])
+}
+
+/// Forward/backward passes over `batches` in order, every gradient dropped but the last, and
+/// one base step with it: the work a step cannot do without, with nothing of its own.
+fn passes_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(batches: Vec<&'a Batch<B>>) -> Step<'a, M> {
     let mut sgd = SgdConfig::new().init();
     Box::new(move |model: M| {
-        drop(GradientsParams::from_grads(
-            loss(&model, batch).backward(),
-            &model,
-        ));
-        let grads = GradientsParams::from_grads(loss(&model, batch).backward(), &model);
+        let (last, rest) = batches.split_last().expect("a batch");
+        for batch in rest {
+            drop(GradientsParams::from_grads(
+                loss(&model, batch).backward(),
+                &model,
+            ));
+        }
+        let grads = GradientsParams::from_grads(loss(&model, last).backward(), &model);
         sgd.step(1e-3, model, grads)
     })
 }
@@ -341,23 +350,15 @@ pub fn param_pass_step<'a, B: AutodiffBackend, M: Net<B> + 'a>() -> Step<'a, M> 
     Box::new(|model: M| model.map(&mut Pass))
 }
 
-/// Accumulation's floor: the window's forward/backward passes (gradients dropped but the
-/// last) and one base step, without weighting or summing.
+/// Accumulation's floor: the window's forward/backward passes `passes` times (gradients
+/// dropped but the last) and one base step, without weighting or summing: one pass for plain
+/// accumulation, two for accumulated SAM.
 pub fn window_passes_step<'a, B: AutodiffBackend, M: Net<B> + 'a>(
     window: &'a [MicroBatch<Batch<B>>],
+    passes: usize,
 ) -> Step<'a, M> {
-    let mut sgd = SgdConfig::new().init();
-    Box::new(move |model: M| {
-        let (last, rest) = window.split_last().expect("a window");
-        for micro in rest {
-            drop(GradientsParams::from_grads(
-                loss(&model, &micro.data).backward(),
-                &model,
-            ));
-        }
-        let grads = GradientsParams::from_grads(loss(&model, &last.data).backward(), &model);
-        sgd.step(1e-3, model, grads)
-    })
+    let batches = window.iter().map(|micro| &micro.data);
+    passes_step(batches.cycle().take(passes * window.len()).collect())
 }
 
 /// One accumulated step of `optimizer` over `window`.
