@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
@@ -16,6 +16,7 @@ use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
 use crate::norm::{squared_sum, unscaled_norm};
+use crate::param_map::ParamMap;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
 
@@ -151,10 +152,7 @@ impl MixedPrecision {
         let module = module.map(&mut widen);
         let (grads, narrowed) = (widen.unscaled, widen.narrowed);
         let module = base.step(lr, module, grads);
-        let module = module.map(&mut Narrow {
-            narrowed,
-            masters: &mut self.masters,
-        });
+        let module = narrow_stepped(module, &narrowed, &mut self.masters);
         end_step_on_device(&module);
         (module, true)
     }
@@ -308,24 +306,67 @@ impl MixedPrecision {
     }
 }
 
-/// Keeps the stepped f32 values as masters and writes their narrow cast into the module.
-struct Narrow<'a> {
-    narrowed: HashMap<ParamId, DType>,
-    masters: &'a mut ParamState<f32>,
-}
-
-impl<B: AutodiffBackend> ModuleMapper<B> for Narrow<'_> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        let Some(dtype) = self.narrowed.remove(&id) else {
-            return Param::from_mapped_value(id, tensor, mapper);
-        };
-        let require_grad = tensor.is_require_grad();
-        let master = tensor.inner();
-        let narrowed = tracked(Tensor::from_inner(master.clone().cast(dtype)), require_grad);
-        self.masters.insert(id, master);
-        Param::from_mapped_value(id, narrowed, mapper)
+/// Keeps the stepped f32 values of the `narrowed` parameters as masters and writes their
+/// narrow casts into the module. The casts are queued grouped by shape (each group where its
+/// shape first occurs), not in the module's order: a fused backend runs the casts of equally shaped tensors as one kernel, where in the
+/// module's order (weight, bias, weight: shapes alternating) most became a kernel of their own.
+fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: M,
+    narrowed: &HashMap<ParamId, DType>,
+    masters: &mut ParamState<f32>,
+) -> M {
+    type Queued<T> = Box<dyn FnOnce(&mut T)>;
+    struct Stepped<'a> {
+        narrowed: &'a HashMap<ParamId, DType>,
+        casts: Vec<(Vec<usize>, Queued<ParamMap>)>,
+        keeps: Vec<Queued<ParamState<f32>>>,
     }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Stepped<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let (id, Some(&dtype)) = (param.id, self.narrowed.get(&param.id)) else {
+                return;
+            };
+            let master = param.val().inner();
+            let shape = master.dims().to_vec();
+            let kept = master.clone();
+            self.keeps
+                .push(Box::new(move |masters| masters.insert(id, kept)));
+            let cast = move |cast: &mut ParamMap| cast.insert(id, master.cast(dtype));
+            self.casts.push((shape, Box::new(cast)));
+        }
+    }
+    struct Put(ParamMap);
+    impl<B: AutodiffBackend> ModuleMapper<B> for Put {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let (id, tensor, mapper) = param.consume();
+            let Some(cast) = self.0.take::<Tensor<B::InnerBackend, D>>(&id) else {
+                return Param::from_mapped_value(id, tensor, mapper);
+            };
+            let narrowed = tracked(Tensor::from_inner(cast), tensor.is_require_grad());
+            Param::from_mapped_value(id, narrowed, mapper)
+        }
+    }
+    let mut stepped = Stepped {
+        narrowed,
+        casts: Vec::new(),
+        keeps: Vec::new(),
+    };
+    module.visit(&mut stepped);
+    // Each shape where it first occurs: the module's order when no shape repeats.
+    let mut first = HashMap::new();
+    let mut casts: Vec<_> = (stepped.casts.into_iter().enumerate())
+        .map(|(index, (shape, cast))| (*first.entry(shape).or_insert(index), cast))
+        .collect();
+    casts.sort_by_key(|(group, _)| *group);
+    let mut cast = ParamMap::default();
+    for (_, queue) in casts {
+        queue(&mut cast);
+    }
+    // Kept flat (a reshape each): queued between the casts, they would split their kernels.
+    for keep in stepped.keeps {
+        keep(masters);
+    }
+    module.map(&mut Put(cast))
 }
 
 /// Runs what the step queued on the module's devices before the step returns.
