@@ -58,6 +58,7 @@ mod perturb;
 mod perturbation;
 mod precision;
 mod protocol;
+mod queue_order;
 mod quirks;
 mod sam;
 mod scaler;

@@ -17,6 +17,7 @@ use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
 use crate::norm::{squared_sum, unscaled_norm};
 use crate::param_map::ParamMap;
+use crate::queue_order::by_shape;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
 
@@ -307,19 +308,18 @@ impl MixedPrecision {
 }
 
 /// Keeps the stepped f32 values of the `narrowed` parameters as masters and writes their
-/// narrow casts into the module. The casts are queued grouped by shape (each group where its
-/// shape first occurs), not in the module's order: a fused backend runs the casts of equally shaped tensors as one kernel, where in the
-/// module's order (weight, bias, weight: shapes alternating) most became a kernel of their own.
+/// narrow casts into the module, queued grouped by shape ([`by_shape`]): on a fused backend
+/// the casts of equally shaped tensors then run as one kernel.
 fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: M,
     narrowed: &HashMap<ParamId, DType>,
     masters: &mut ParamState<f32>,
 ) -> M {
-    type Queued<T> = Box<dyn FnOnce(&mut T)>;
+    type Cast = Box<dyn FnOnce(&mut ParamMap)>;
     struct Stepped<'a> {
         narrowed: &'a HashMap<ParamId, DType>,
-        casts: Vec<(Vec<usize>, Queued<ParamMap>)>,
-        keeps: Vec<Queued<ParamState<f32>>>,
+        masters: &'a mut ParamState<f32>,
+        casts: Vec<(Vec<usize>, Cast)>,
     }
     impl<B: AutodiffBackend> ModuleVisitor<B> for Stepped<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
@@ -327,10 +327,8 @@ fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
                 return;
             };
             let master = param.val().inner();
+            self.masters.insert(id, master.clone());
             let shape = master.dims().to_vec();
-            let kept = master.clone();
-            self.keeps
-                .push(Box::new(move |masters| masters.insert(id, kept)));
             let cast = move |cast: &mut ParamMap| cast.insert(id, master.cast(dtype));
             self.casts.push((shape, Box::new(cast)));
         }
@@ -348,23 +346,13 @@ fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
     }
     let mut stepped = Stepped {
         narrowed,
+        masters,
         casts: Vec::new(),
-        keeps: Vec::new(),
     };
     module.visit(&mut stepped);
-    // Each shape where it first occurs: the module's order when no shape repeats.
-    let mut first = HashMap::new();
-    let mut casts: Vec<_> = (stepped.casts.into_iter().enumerate())
-        .map(|(index, (shape, cast))| (*first.entry(shape).or_insert(index), cast))
-        .collect();
-    casts.sort_by_key(|(group, _)| *group);
     let mut cast = ParamMap::default();
-    for (_, queue) in casts {
+    for queue in by_shape(stepped.casts) {
         queue(&mut cast);
-    }
-    // Kept flat (a reshape each): queued between the casts, they would split their kernels.
-    for keep in stepped.keeps {
-        keep(masters);
     }
     module.map(&mut Put(cast))
 }

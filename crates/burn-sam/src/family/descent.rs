@@ -6,7 +6,8 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
-use super::{broadcast, state_like};
+use super::looksam::{run_staged, LookSamOut, LookSamParam, LookSamRule, Staged};
+use super::state_like;
 use crate::broadcast::Broadcast;
 use crate::float::widen;
 use crate::grad_map::{GradMap, ParamGrad};
@@ -59,16 +60,10 @@ pub(super) enum DescentRule<'a, B: Backend> {
         alpha: f64,
         coefficient: Broadcast<B>,
     },
-    /// A full LookSAM step: stores `g_v` (unscaled), steps with `g_s` unchanged.
-    LookSamKeep {
-        eps: f64,
-        inverse_scale: f64,
-        state: ParamState<f64>,
-    },
-    /// A one-pass LookSAM step: `g + alpha * ||g|| / (||g_v|| + 1e-8) * g_v`.
-    LookSamReuse {
-        alpha: f64,
-        state: &'a ParamState<f64>,
+    /// LookSAM, staged ([`LookSamRule`]); `kept` holds the directions a one-pass step reuses.
+    LookSam {
+        rule: LookSamRule,
+        kept: &'a ParamState<f64>,
     },
     /// Momentum-SAM: steps with `g` unchanged and stores `v <- mu * v + g` (unscaled; `g`
     /// on the first step).
@@ -81,8 +76,44 @@ pub(super) enum DescentRule<'a, B: Backend> {
 }
 
 pub(super) struct DescentMap<'a, B: Backend> {
-    pub(super) ascent_grads: &'a ParamMap,
-    pub(super) rule: DescentRule<'a, B>,
+    ascent_grads: &'a ParamMap,
+    rule: DescentRule<'a, B>,
+    /// LookSAM's parameters, to compute in stages once every gradient is seen.
+    staged: Vec<Box<dyn Staged<B>>>,
+}
+
+impl<'a, B: Backend> DescentMap<'a, B> {
+    pub fn new(ascent_grads: &'a ParamMap, rule: DescentRule<'a, B>) -> Self {
+        Self {
+            ascent_grads,
+            rule,
+            staged: Vec::new(),
+        }
+    }
+
+    /// Once every gradient is mapped into `out`: LookSAM's staged rules, and the variant's
+    /// state after this step where it changes.
+    pub fn finish(self, out: &mut GradientsParams) -> Option<ParamState<f64>> {
+        match self.rule {
+            DescentRule::Momentum { mut old, new, .. } => {
+                // Parameters without a gradient this step keep their `v`.
+                old.extend(new);
+                Some(old)
+            }
+            DescentRule::LookSam { rule, .. } => {
+                let mut state = ParamState::default();
+                let mut looksam = LookSamOut {
+                    state: &mut state,
+                    grads: out,
+                };
+                run_staged(self.staged, &mut looksam);
+                // A full step replaces every direction: a parameter without a gradient now
+                // has none.
+                matches!(rule, LookSamRule::Keep { .. }).then_some(state)
+            }
+            DescentRule::Gsam { .. } => None,
+        }
+    }
 }
 
 impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
@@ -97,26 +128,16 @@ impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
                 let parallel = grad.clone() * coefficient.get();
                 grad - (ascent - parallel).mul_scalar(*alpha)
             }
-            (
-                DescentRule::LookSamKeep {
-                    eps,
-                    inverse_scale,
-                    state,
-                },
-                Some(ascent),
-            ) => {
-                let direction = looksam_direction(grad.clone(), ascent, *eps);
-                state.insert(id, direction.mul_scalar(*inverse_scale));
-                grad
-            }
-            (DescentRule::LookSamReuse { alpha, state }, _) => {
-                match state_like(state, &id, &grad) {
-                    Some(direction) => {
-                        let ratio = norm(grad.clone()) / norm(direction.clone()).add_scalar(1e-8);
-                        grad + direction * broadcast(ratio.mul_scalar(*alpha))
-                    }
-                    None => grad,
+            (DescentRule::LookSam { rule, kept }, ascent) => {
+                let other = match rule {
+                    LookSamRule::Keep { .. } => ascent,
+                    LookSamRule::Reuse { .. } => state_like(kept, &id, &grad),
+                };
+                if let Some(other) = other {
+                    let param = LookSamParam::new(id, *rule, grad.clone(), other);
+                    self.staged.push(Box::new(param));
                 }
+                grad
             }
             (
                 DescentRule::Momentum {
@@ -142,23 +163,4 @@ impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
         };
         Some(grad)
     }
-}
-
-fn norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
-    squared_norm(x).sqrt()
-}
-
-/// pytorch_optimizer 4.1.0's `g_v = g_s - ||g_s|| <g^, g_s^> g^` with
-/// `x^ = x / max(||x||, eps)`, from the perturbed gradient `grad` (`g_s`) and the ascent's
-/// `ascent` (`g`).
-fn looksam_direction<B: Backend, const D: usize>(
-    grad: Tensor<B, D>,
-    ascent: Tensor<B, D>,
-    eps: f64,
-) -> Tensor<B, D> {
-    let ascent_unit = ascent.clone() / broadcast(norm(ascent).clamp_min(eps));
-    let grad_norm = norm(grad.clone());
-    let grad_unit = grad.clone() / broadcast(grad_norm.clone().clamp_min(eps));
-    let cosine = (ascent_unit.clone() * grad_unit).sum();
-    grad - ascent_unit * broadcast(grad_norm * cosine)
 }

@@ -8,6 +8,7 @@
 
 mod ascent;
 mod descent;
+mod looksam;
 
 use std::collections::HashSet;
 
@@ -19,6 +20,7 @@ use burn::tensor::Tensor;
 
 use ascent::AscentRule;
 use descent::{gsam_sums, DescentMap, DescentRule};
+use looksam::LookSamRule;
 
 use crate::broadcast::Broadcast;
 use crate::error::SamError;
@@ -195,16 +197,16 @@ impl FamilyRules {
                     coefficient: Broadcast::new(coefficient),
                 }
             }
-            SamVariant::LookSam { alpha, .. } if ascent_grads.is_empty() => {
-                DescentRule::LookSamReuse {
-                    alpha,
-                    state: &self.state,
-                }
-            }
-            SamVariant::LookSam { .. } => DescentRule::LookSamKeep {
-                eps: self.eps,
-                inverse_scale: 1.0 / f64::from(loss_scale),
-                state: ParamState::default(),
+            SamVariant::LookSam { alpha, .. } if ascent_grads.is_empty() => DescentRule::LookSam {
+                rule: LookSamRule::Reuse { alpha },
+                kept: &self.state,
+            },
+            SamVariant::LookSam { .. } => DescentRule::LookSam {
+                rule: LookSamRule::Keep {
+                    eps: self.eps,
+                    inverse_scale: 1.0 / f64::from(loss_scale),
+                },
+                kept: &self.state,
             },
             // The old `v` is taken out, so that `mu * v + g` can run in its buffer.
             SamVariant::MomentumSam { mu } => DescentRule::Momentum {
@@ -215,16 +217,9 @@ impl FamilyRules {
             },
             _ => return grads,
         };
-        let mut descent = DescentMap { ascent_grads, rule };
-        let (out, _) = map_grads(module, grads, &mut descent);
-        if let DescentRule::Momentum { old, new, .. } = descent.rule {
-            // Parameters without a gradient this step keep their `v`.
-            self.state = old;
-            self.state.extend(new);
-            return out;
-        }
-        if let DescentRule::LookSamKeep { state, .. } = descent.rule {
-            // A full step replaces every direction: a parameter without a gradient now has none.
+        let mut descent = DescentMap::new(ascent_grads, rule);
+        let (mut out, _) = map_grads(module, grads, &mut descent);
+        if let Some(state) = descent.finish(&mut out) {
             self.state = state;
         }
         out
