@@ -48,24 +48,67 @@ pub(crate) enum SquaresSum<B: Backend> {
     #[default]
     Empty,
     Summed(Tensor<B, 1>),
-    Flat(Vec<Tensor<B, 1>>),
+    Flat(Vec<Term<B>>),
+}
+
+/// A flattened tensor of a [`SquaresSum`], or ASAM's `(|w| + eta) * g` of one: computed when
+/// the sum is, with the other tensors of its length, so that a fused backend runs those
+/// products as one kernel rather than one per tensor.
+pub(crate) struct Term<B: Backend> {
+    x: Tensor<B, 1>,
+    weight: Option<(Tensor<B, 1>, f64)>,
+}
+
+impl<B: Backend> Term<B> {
+    fn value(self) -> Tensor<B, 1> {
+        match self.weight {
+            Some((weight, eta)) => weighted(weight, self.x, Some(eta), 1),
+            None => self.x,
+        }
+    }
 }
 
 impl<B: Backend> SquaresSum<B> {
     pub fn add<const D: usize>(&mut self, x: Tensor<B, D>) {
-        *self = match std::mem::take(self) {
-            Self::Empty if norm_all_at_once::<B>(&x.device()) => Self::Flat(vec![flat(x)]),
-            Self::Empty => Self::Summed(squared_norm(widen(x))),
-            Self::Summed(sum) => {
+        self.push(x, None);
+    }
+
+    /// Adds `(|weight| + eta) * x`.
+    pub fn add_weighted<const D: usize>(
+        &mut self,
+        weight: Tensor<B, D>,
+        x: Tensor<B, D>,
+        eta: f64,
+    ) {
+        self.push(x, Some((weight, eta)));
+    }
+
+    fn push<const D: usize>(&mut self, x: Tensor<B, D>, weight: Option<(Tensor<B, D>, f64)>) {
+        if let Self::Empty = self {
+            if norm_all_at_once::<B>(&x.device()) {
+                *self = Self::Flat(Vec::new());
+            }
+        }
+        match self {
+            Self::Flat(all) => all.push(Term {
+                x: flat(x),
+                weight: weight.map(|(weight, eta)| (flat(weight), eta)),
+            }),
+            Self::Empty | Self::Summed(_) => {
+                let x = match weight {
+                    Some((weight, eta)) => weighted(weight, x, Some(eta), 1),
+                    None => x,
+                };
                 let squares = squared_norm(widen(x));
-                let dtype = sum.dtype();
-                Self::Summed(sum + squares.cast(dtype))
+                *self = match std::mem::take(self) {
+                    Self::Summed(sum) => {
+                        let dtype = sum.dtype();
+                        Self::Summed(sum + squares.cast(dtype))
+                    }
+                    _ => Self::Summed(squares),
+                };
             }
-            Self::Flat(mut all) => {
-                all.push(flat(x));
-                Self::Flat(all)
-            }
-        };
+        }
     }
 
     /// The sum, `None` when nothing was added.
@@ -82,25 +125,25 @@ impl<B: Backend> SquaresSum<B> {
 /// tensors of a length that repeats (a model's layers are alike) are squared and added
 /// element-wise, which a fused backend runs as one kernel however many there are, and the
 /// rest are concatenated (a copy each) and squared once; then one reduction for each.
-fn squares_by_length<B: Backend>(all: Vec<Tensor<B, 1>>) -> Tensor<B, 1> {
-    let mut groups: Vec<Vec<Tensor<B, 1>>> = Vec::new();
-    for x in all {
-        let alike = |group: &&mut Vec<Tensor<B, 1>>| {
-            group[0].dims() == x.dims() && group[0].dtype() == x.dtype()
+fn squares_by_length<B: Backend>(all: Vec<Term<B>>) -> Tensor<B, 1> {
+    let mut groups: Vec<Vec<Term<B>>> = Vec::new();
+    for term in all {
+        let alike = |group: &&mut Vec<Term<B>>| {
+            group[0].x.dims() == term.x.dims() && group[0].x.dtype() == term.x.dtype()
         };
         match groups.iter_mut().find(alike) {
-            Some(group) => group.push(x),
-            None => groups.push(vec![x]),
+            Some(group) => group.push(term),
+            None => groups.push(vec![term]),
         }
     }
     let (mut lone, mut squares) = (Vec::new(), Vec::new());
     for mut group in groups {
         match group.len() {
-            1 => lone.push(group.remove(0)),
+            1 => lone.push(group.remove(0).value()),
             _ => squares.extend(
                 group
                     .into_iter()
-                    .map(|x| widen(x).square())
+                    .map(|term| widen(term.value()).square())
                     .reduce(|a, b| a + b),
             ),
         }
@@ -246,15 +289,14 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
             return;
         };
         self.matched += 1;
-        match self.picked.is_none_or(|picked| picked.contains(&param.id)) {
+        let picked = self.picked.is_none_or(|picked| picked.contains(&param.id));
+        match (picked, self.eta) {
             // Widened by the sum: once for all tensors where it concatenates them.
-            true if self.eta.is_none() => self.sum.add(grad),
-            true => self
-                .sum
-                .add(weighted(param.val().inner(), widen(grad), self.eta, 1)),
+            (true, None) => self.sum.add(grad),
+            (true, Some(eta)) => self.sum.add_weighted(param.val().inner(), widen(grad), eta),
             // 0 for finite gradients, NaN for any inf or NaN: left out of the norm, still
             // checked by it.
-            false => self.sum.add(widen(grad).sum().mul_scalar(0.0)),
+            (false, _) => self.sum.add(widen(grad).sum().mul_scalar(0.0)),
         }
     }
 }
