@@ -4,6 +4,7 @@ pub mod bench;
 mod classifier;
 pub mod digits;
 pub mod kernels;
+pub mod launches;
 mod quiet;
 mod record;
 mod rng;

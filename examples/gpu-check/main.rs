@@ -18,6 +18,7 @@ mod noisy_digits;
 mod suite;
 
 mod bench;
+mod launches;
 mod report;
 mod suite_runner;
 
@@ -97,6 +98,12 @@ enum Command {
         #[arg(long)]
         json: PathBuf,
     },
+    /// Kernel launches and host waits per step of SAM and its family over their floors, on
+    /// MLPs of 4 and 62 parameter tensors; results as JSON to `--json`.
+    Launches {
+        #[arg(long)]
+        json: PathBuf,
+    },
     /// `noisy-digits` with its own flags (`gpu-check noisy-digits -- --help`).
     NoisyDigits {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -119,8 +126,17 @@ enum Dtype {
 
 fn main() {
     let cli = Cli::parse();
-    if let Some(dir) = &cli.kernel_cache {
-        kernel_cache(dir, cli.kernel_log.as_deref());
+    // Counting launches adds a log line per kernel: only for the stage that counts them.
+    let counting = matches!(cli.command, Command::Launches { .. });
+    let fallback = std::env::temp_dir().join(format!("gpu-check-{}", std::process::id()));
+    let log = match (&cli.kernel_cache, &cli.kernel_log) {
+        (Some(dir), Some(log)) => Some((dir.clone(), log.clone())),
+        (Some(dir), None) => Some((dir.clone(), dir.join("kernels.log"))),
+        (None, _) if counting => Some((fallback.clone(), fallback.join("kernels.log"))),
+        (None, _) => None,
+    };
+    if let Some((dir, log)) = &log {
+        kernel_cache(dir, log, counting);
     }
     let result = match cli.command {
         Command::All(options) => report::all(&options),
@@ -130,6 +146,10 @@ fn main() {
             batch,
             json,
         } => bench::run(rounds, batch, &json),
+        Command::Launches { json } => {
+            let (_, log) = log.expect("a kernel log whenever launches are counted");
+            launches::run(&log, &json)
+        }
         Command::NoisyDigits { args } => {
             let args = noisy_digits::Args::parse_from(with_program("noisy-digits", args));
             noisy_digits::run(&args).map(drop)
@@ -147,19 +167,23 @@ fn main() {
     }
 }
 
-/// Points CubeCL's caches at `dir` and its log of compilations at `log` (or into `dir`).
+/// Points CubeCL's caches at `dir` and its log of compilations (with `counting`, also of
+/// launches) at `log`.
 #[cfg(feature = "cuda")]
-fn kernel_cache(dir: &std::path::Path, log: Option<&std::path::Path>) {
-    burn_sam_suite::kernels::KernelCache {
+fn kernel_cache(dir: &std::path::Path, log: &std::path::Path, counting: bool) {
+    let cache = burn_sam_suite::kernels::KernelCache {
         dir: dir.to_path_buf(),
-        log: log.map_or_else(|| dir.join("kernels.log"), PathBuf::from),
+        log: log.to_path_buf(),
+    };
+    match counting {
+        true => cache.install_counting_launches(),
+        false => cache.install(),
     }
-    .install();
 }
 
 /// Flex compiles nothing: there is no kernel cache to point anywhere.
 #[cfg(not(feature = "cuda"))]
-fn kernel_cache(_dir: &std::path::Path, _log: Option<&std::path::Path>) {}
+fn kernel_cache(_dir: &std::path::Path, _log: &std::path::Path, _counting: bool) {}
 
 /// `args` as a command line of `program`, for clap.
 fn with_program(program: &str, args: Vec<String>) -> Vec<String> {

@@ -80,6 +80,9 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
             20.0,
         ),
         stage("bench", &["bench"], 180.0, 90.0),
+        // 4 steps of each of 10 step functions on two MLPs, batch 8: lavapipe takes 2
+        // minutes on 2 CPU cores, a GPU far less once its kernels are compiled.
+        stage("launches", &["launches"], 120.0, 60.0),
     ]
 }
 
@@ -390,6 +393,10 @@ fn print_table(report: &Value) {
             stage["cold"]["autotune_runs"],
             summary(name, &stage["result"]),
         );
+    }
+    let launches = stages.iter().find(|stage| stage["name"] == "launches");
+    if let Some(launches) = launches {
+        crate::launches::print_table(&launches["result"]);
     }
     let Some(bench) = stages
         .iter()
