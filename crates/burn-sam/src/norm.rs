@@ -11,7 +11,7 @@ use burn::tensor::{DType, FloatDType, Tensor};
 use crate::diagnostics::read_back;
 use crate::error::SamError;
 use crate::float::widen;
-use crate::quirks::{norm_all_at_once, squared_norm_by_matmul};
+use crate::quirks::{norm_all_at_once, reductions_fuse, squared_norm_by_matmul};
 
 /// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
 /// `a^2 * g`.
@@ -28,15 +28,39 @@ pub(crate) fn weighted<B: Backend, const D: usize>(
 }
 
 /// `||x||^2` (shape `[1]`), in the form the backend computes fastest
-/// ([`squared_norm_by_matmul`]).
+/// ([`squared_norm_by_matmul`], [`sum_all`]).
 pub(crate) fn squared_norm<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
     if !squared_norm_by_matmul::<B>(&x.device()) {
-        return x.square().sum();
+        return sum_all(reduction_view(x).square());
     }
     let n = x.shape().num_elements();
     let row = x.reshape([1, n]);
     let column = row.clone().reshape([n, 1]);
     row.matmul(column).reshape([1])
+}
+
+/// `x` as [`sum_all`] reduces it where reductions fuse ([`reductions_fuse`]): a view of the
+/// same rank with every element in the last dimension, `[1, .., 1, n]`, which the fuser reads
+/// in place (a reshape that lowers the rank it does not take into a kernel). `x` elsewhere.
+/// Element-wise operations on views, then [`sum_all`], run as one kernel.
+pub(crate) fn reduction_view<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    if !reductions_fuse::<B>(&x.device()) {
+        return x;
+    }
+    let mut view = [1; D];
+    view[D - 1] = x.shape().num_elements();
+    x.reshape(view)
+}
+
+/// The sum of every element of `x`, shape `[1]`: where reductions fuse, a reduction over the
+/// last dimension of its [`reduction_view`] (Burn 0.21's fuser folds the element-wise
+/// operations before a reduction over a dimension into its kernel, but not before a full
+/// `sum`, which costs a kernel for those operations and one or two for the sum).
+pub(crate) fn sum_all<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 1> {
+    if !reductions_fuse::<B>(&x.device()) {
+        return x.sum();
+    }
+    reduction_view(x).sum_dim(D - 1).reshape([1])
 }
 
 /// `sum_i ||x_i||^2` over tensors of any shape, in the widened float type ([`widen`]), as a
@@ -149,7 +173,7 @@ fn squares_by_length<B: Backend>(all: Vec<Term<B>>) -> Tensor<B, 1> {
         }
     }
     let lone = (!lone.is_empty()).then(|| squared_norm(cat_widened(lone)));
-    let squares = (!squares.is_empty()).then(|| cat_widened(squares).sum());
+    let squares = (!squares.is_empty()).then(|| sum_all(cat_widened(squares)));
     match (lone, squares) {
         (Some(lone), Some(squares)) => {
             let dtype = lone.dtype();

@@ -48,6 +48,15 @@ pub(crate) fn norm_all_at_once<B: Backend>(device: &Device<B>) -> bool {
     B::name(device).starts_with("fusion<")
 }
 
+/// Whether the element-wise operations before a reduction run in its kernel: on a fused
+/// backend (`"fusion<...>"`), for a reduction over a dimension (`burn-cubecl-fusion` 0.21's
+/// `ReduceFuser` takes `SumDim` and the other `*Dim` reductions, not a full `Sum`), so full
+/// sums are taken over the last dimension of a same-rank view (`norm::sum_all`). Elsewhere
+/// `sum` is kept: on the CPU backends the view changes nothing but the order of additions.
+pub(crate) fn reductions_fuse<B: Backend>(device: &Device<B>) -> bool {
+    B::name(device).starts_with("fusion<")
+}
+
 /// Whether tensors change devices through the host and the replicas' passes run one after
 /// another on the calling thread, for a backend whose devices cannot exchange tensors
 /// directly.

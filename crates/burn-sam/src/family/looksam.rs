@@ -11,7 +11,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::broadcast;
-use crate::norm::squared_norm;
+use crate::norm::{reduction_view, squared_norm, sum_all};
 use crate::queue_order::by_shape;
 use crate::state::ParamState;
 
@@ -43,12 +43,14 @@ pub(super) trait Staged<B: Backend> {
 
 pub(super) const STAGES: usize = 4;
 
-/// `grad` (`g_s` or `g`) and `other` (the ascent's `g`, or the kept `g_v`) of one parameter.
+/// `grad` (`g_s` or `g`) and `other` (the ascent's `g`, or the kept `g_v`) of one parameter,
+/// as views its reductions fuse with ([`reduction_view`]).
 pub(super) struct LookSamParam<B: Backend, const D: usize> {
-    pub id: ParamId,
-    pub rule: LookSamRule,
-    pub grad: Tensor<B, D>,
-    pub other: Tensor<B, D>,
+    id: ParamId,
+    rule: LookSamRule,
+    dims: [usize; D],
+    grad: Tensor<B, D>,
+    other: Tensor<B, D>,
     /// `||other||^2` and `||grad||^2`, then what each rule derives from them.
     scalars: Vec<Tensor<B, 1>>,
 }
@@ -58,8 +60,9 @@ impl<B: Backend, const D: usize> LookSamParam<B, D> {
         Self {
             id,
             rule,
-            grad,
-            other,
+            dims: grad.dims(),
+            grad: reduction_view(grad),
+            other: reduction_view(other),
             scalars: Vec::new(),
         }
     }
@@ -86,7 +89,7 @@ impl<B: Backend, const D: usize> Staged<B> for LookSamParam<B, D> {
             }
             (LookSamRule::Keep { .. }, 2) => {
                 let grad_unit = self.grad.clone() / broadcast(self.scalars[2].clone());
-                let cosine = (self.other_unit() * grad_unit).sum();
+                let cosine = sum_all(self.other_unit() * grad_unit);
                 self.scalars.push(cosine);
             }
             // The coefficient of `g^`: `||g_s|| <g^, g_s^>`.
@@ -103,7 +106,7 @@ impl<B: Backend, const D: usize> Staged<B> for LookSamParam<B, D> {
     }
 
     fn dims(&self) -> Vec<usize> {
-        self.grad.dims().to_vec()
+        self.dims.to_vec()
     }
 
     fn finish(self: Box<Self>, out: &mut LookSamOut<'_>) {
@@ -111,12 +114,12 @@ impl<B: Backend, const D: usize> Staged<B> for LookSamParam<B, D> {
             LookSamRule::Keep { inverse_scale, .. } => {
                 let direction =
                     self.grad.clone() - self.other_unit() * broadcast(self.scalars[3].clone());
-                out.state
-                    .insert(self.id, direction.mul_scalar(inverse_scale));
+                let direction = direction.mul_scalar(inverse_scale).reshape(self.dims);
+                out.state.insert(self.id, direction);
             }
             LookSamRule::Reuse { .. } => {
                 let grad = self.grad + self.other * broadcast(self.scalars[0].clone());
-                out.grads.register(self.id, grad);
+                out.grads.register(self.id, grad.reshape(self.dims));
             }
         }
     }
