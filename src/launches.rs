@@ -28,9 +28,10 @@ const STEPS: usize = 2;
 const ROWS: usize = 8;
 
 /// Each measured step and the floor it is compared with.
-pub const COMPARED: [(&str, &str); 6] = [
+pub const COMPARED: [(&str, &str); 7] = [
     ("SAM", "two passes"),
     ("ASAM", "two passes"),
+    ("GSAM", "two passes"),
     ("LookSAM k=2", "two passes"),
     ("Momentum-SAM", "momentum base"),
     ("f16 loss-scaled SAM", "f16 two passes"),
@@ -137,6 +138,7 @@ fn measure<B: AutodiffBackend>(log: &Path, model: &Mlp<B>) -> Vec<(&'static str,
         SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
     let look_sam = SamVariant::LookSam { k: 2, alpha: 0.7 };
     let asam = SamConfig::new().with_adaptive(true);
+    let gsam = variant(SamVariant::gsam());
     let msam = variant(SamVariant::momentum_sam());
     let accumulated = accumulated_step(SamConfig::new().init(sgd().init()), &window);
     vec![
@@ -155,6 +157,10 @@ fn measure<B: AutodiffBackend>(log: &Path, model: &Mlp<B>) -> Vec<(&'static str,
         (
             "ASAM",
             per_step(log, model, sam_step(asam, sgd(), &f32_batch)),
+        ),
+        (
+            "GSAM",
+            per_step(log, model, sam_step(gsam, sgd(), &f32_batch)),
         ),
         (
             "LookSAM k=2",

@@ -11,7 +11,7 @@ use super::state_like;
 use crate::broadcast::Broadcast;
 use crate::float::widen;
 use crate::grad_map::{GradMap, ParamGrad};
-use crate::norm::squared_norm;
+use crate::norm::{reduction_view, squared_norm, sum_all};
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
 
@@ -37,8 +37,9 @@ pub(super) fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
             ) else {
                 return;
             };
-            let dot = (ascent.clone() * widen(grad)).sum();
-            let squares = squared_norm(ascent.clone());
+            let ascent = reduction_view(ascent.clone());
+            let dot = sum_all(ascent.clone() * reduction_view(widen(grad)));
+            let squares = squared_norm(ascent);
             self.sums = Some(match self.sums.take() {
                 Some((dots, sum)) => (dots + dot, sum + squares),
                 None => (dot, squares),
