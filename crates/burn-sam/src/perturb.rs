@@ -11,10 +11,12 @@ use burn::tensor::{Bool, Tensor};
 use crate::broadcast::Broadcast;
 use crate::config::SamConfig;
 use crate::float::{tracked, widen};
+use crate::global_sum::GlobalSum;
 use crate::hand_back::StepError;
-use crate::norm::{read_norms, squared_sum, weighted, SquaresSum};
+use crate::norm::{read_norms, squared_sum};
 use crate::param_map::ParamMap;
 use crate::quirks::reads_are_free;
+use crate::reduce::weighted;
 use crate::state::ParamState;
 
 /// What [`move_along`] did: the moved module, every float tensor it had before, and the
@@ -132,18 +134,18 @@ where
 {
     struct SquaredNorm<'a, B: Backend> {
         momentum: &'a ParamState<f64>,
-        sum: SquaresSum<B>,
+        sum: GlobalSum<B>,
     }
     impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             if let Some(v) = momentum_of(self.momentum, &param.val().inner(), param.id) {
-                self.sum.add(v);
+                self.sum.add_square(v);
             }
         }
     }
     let mut norm = SquaredNorm::<B::InnerBackend> {
         momentum,
-        sum: SquaresSum::default(),
+        sum: GlobalSum::default(),
     };
     module.visit(&mut norm);
     let Some(squares) = norm.sum.finish() else {

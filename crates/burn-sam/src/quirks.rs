@@ -34,13 +34,12 @@ pub(crate) fn reads_are_free<B: Backend>(device: &Device<B>) -> bool {
     matches!(B::name(device).as_str(), "flex" | "ndarray")
 }
 
-/// Whether a global norm is computed over all tensors at once rather than one reduction per
-/// tensor summed: on a fused backend (Burn's `fusion`, `"fusion<...>"`).
+/// Whether a global norm (or inner product) is computed over all tensors at once rather than
+/// one reduction per tensor summed: on a fused backend (Burn's `fusion`, `"fusion<...>"`).
 ///
-/// There a reduction costs three kernel launches (the squares, zeroing the accumulator, the
-/// sum) and adding it to the running sum a fourth, whatever the tensor's size. Squaring and
-/// adding equally long tensors element-wise is one fused kernel for all of them, and
-/// `Tensor::cat` copies each of the rest in one launch (`tests/vulkan_fused_launches.rs`
+/// There a reduction and adding it to the running sum cost launches whatever the tensor's
+/// size. Multiplying, adding and reducing equally long tensors is one fused kernel for all of
+/// them, and `Tensor::cat` copies each of the rest in one launch (`tests/vulkan_fused_launches.rs`
 /// holds the counts), at the cost of a buffer as large as those tensors while the norm is
 /// computed. On the CPU backends both are passes over the gradients that the per-tensor form
 /// does not make.
@@ -51,7 +50,7 @@ pub(crate) fn norm_all_at_once<B: Backend>(device: &Device<B>) -> bool {
 /// Whether the element-wise operations before a reduction run in its kernel: on a fused
 /// backend (`"fusion<...>"`), for a reduction over a dimension (`burn-cubecl-fusion` 0.21's
 /// `ReduceFuser` takes `SumDim` and the other `*Dim` reductions, not a full `Sum`), so full
-/// sums are taken over the last dimension of a same-rank view (`norm::sum_all`). Elsewhere
+/// sums are taken over the last dimension of a same-rank view (`reduce::sum_all`). Elsewhere
 /// `sum` is kept: on the CPU backends the view changes nothing but the order of additions.
 pub(crate) fn reductions_fuse<B: Backend>(device: &Device<B>) -> bool {
     B::name(device).starts_with("fusion<")

@@ -10,14 +10,15 @@ use super::looksam::{run_staged, LookSamOut, LookSamParam, LookSamRule, Staged};
 use super::state_like;
 use crate::broadcast::Broadcast;
 use crate::float::widen;
+use crate::global_sum::GlobalSum;
 use crate::grad_map::{GradMap, ParamGrad};
-use crate::norm::{reduction_view, squared_norm, sum_all};
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
 
 type Scalar<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 1>;
 
-/// `<g, g_p>` and `||g||^2` over the parameters with both gradients, as device scalars.
+/// `<g, g_p>` and `||g||^2` over the parameters with both gradients, as device scalars, each
+/// a [`GlobalSum`]: on a fused backend a few kernels for all parameters.
 pub(super) fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
@@ -26,7 +27,8 @@ pub(super) fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
     struct Sums<'a, B: AutodiffBackend> {
         grads: &'a GradientsParams,
         ascent_grads: &'a ParamMap,
-        sums: Option<(Scalar<B>, Scalar<B>)>,
+        dots: GlobalSum<B::InnerBackend>,
+        squares: GlobalSum<B::InnerBackend>,
     }
     impl<B: AutodiffBackend> ModuleVisitor<B> for Sums<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
@@ -37,22 +39,18 @@ pub(super) fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
             ) else {
                 return;
             };
-            let ascent = reduction_view(ascent.clone());
-            let dot = sum_all(ascent.clone() * reduction_view(widen(grad)));
-            let squares = squared_norm(ascent);
-            self.sums = Some(match self.sums.take() {
-                Some((dots, sum)) => (dots + dot, sum + squares),
-                None => (dot, squares),
-            });
+            self.dots.add_product(ascent.clone(), grad);
+            self.squares.add_square(ascent.clone());
         }
     }
     let mut sums = Sums::<B> {
         grads,
         ascent_grads,
-        sums: None,
+        dots: GlobalSum::default(),
+        squares: GlobalSum::default(),
     };
     module.visit(&mut sums);
-    sums.sums
+    Some((sums.dots.finish()?, sums.squares.finish()?))
 }
 
 pub(super) enum DescentRule<'a, B: Backend> {
