@@ -4,8 +4,10 @@
 //! models `cargo xtask bench` times on the CPU backends (so that the CUDA row joins its table;
 //! the narrow ResNet-18 and the encoder have as many parameter tensors as users' models) and
 //! the CNN with BatchNorm; with burn-sam's host waits per SAM step. Then the same in bursts of
-//! back-to-back steps with one sync per burst, as training runs them, SAM with and without
-//! the sync that ends each step: what that sync costs.
+//! back-to-back steps with one sync per burst, as training runs them, SAM as it ends each
+//! step (launching its queue without a wait, with burn-sam's `fusion` and `cuda` features),
+//! without that end, and with a device sync after it (how steps ended before): what each
+//! costs.
 
 use std::path::Path;
 
@@ -150,6 +152,7 @@ fn bursts<M: Net<B>>(model: &M, batch: &burn_sam_suite::bench::Batch<B>, rounds:
         timed("two_passes", two_passes_step(batch)),
         timed("sam", sam()),
         timed("sam_no_closing_sync", without_closing_sync(sam())),
+        timed("sam_then_sync", then_sync(sam())),
         timed("momentum", base_step(momentum(), batch)),
         timed("msam", sam_step(msam, momentum(), batch)),
     ];
@@ -168,7 +171,8 @@ fn bursts<M: Net<B>>(model: &M, batch: &burn_sam_suite::bench::Batch<B>, rounds:
         "rounds": rounds,
         "ms": ms,
         "ratios": ratios,
-        "closing_sync_ms": of("sam") - of("sam_no_closing_sync"),
+        "closing_launch_ms": of("sam") - of("sam_no_closing_sync"),
+        "closing_sync_ms": of("sam_then_sync") - of("sam_no_closing_sync"),
     });
     eprintln!("bursts: {report}");
     report
@@ -182,7 +186,16 @@ fn by_name(medians: &[(&str, f64)]) -> Map<String, Value> {
         .collect()
 }
 
-/// `step` with burn-sam's closing sync off (`diagnostics::set_closing_sync`).
+/// `step` followed by a device sync, as burn-sam ended steps before it launched their queue.
+fn then_sync<'a, M: 'a>(mut step: Step<'a, M>) -> Step<'a, M> {
+    Box::new(move |model| {
+        let model = step(model);
+        B::sync(&Default::default()).expect("device sync");
+        model
+    })
+}
+
+/// `step` with the end of burn-sam's steps off (`diagnostics::set_closing_sync`).
 fn without_closing_sync<'a, M: 'a>(mut step: Step<'a, M>) -> Step<'a, M> {
     Box::new(move |model| {
         burn_sam::diagnostics::set_closing_sync(false);

@@ -7,18 +7,20 @@ use burn::tensor::{Tensor, TensorData};
 
 static DEVICE_READS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_SYNCS: AtomicU64 = AtomicU64::new(0);
+static QUEUE_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static CLOSING_SYNC: AtomicBool = AtomicBool::new(true);
 
-/// Turns the device sync that ends every step on or off, for the whole process (on by
-/// default). For measuring what the sync costs (the GPU check's bench), not for training:
-/// without it a fused backend may fuse a step's update into the next step's first kernels,
-/// which can round differently, so a resumed run is no longer bitwise the uninterrupted one
-/// on CUDA (README, "Resume").
+/// Turns the end of every step's queue on or off, for the whole process (on by default): a
+/// device sync, or, on the fused backends that burn-sam's features name, a launch without a
+/// wait ([`queue_launches`]). For measuring what it costs (the GPU check's bench), not for
+/// training: without it a fused backend may fuse a step's update into the next step's first
+/// kernels, which can round differently, so a resumed run is no longer bitwise the
+/// uninterrupted one on CUDA (README, "Resume").
 pub fn set_closing_sync(on: bool) {
     CLOSING_SYNC.store(on, Ordering::Relaxed);
 }
 
-/// Whether steps end with a device sync ([`set_closing_sync`]).
+/// Whether steps end their queue ([`set_closing_sync`]).
 pub fn closing_sync() -> bool {
     CLOSING_SYNC.load(Ordering::Relaxed)
 }
@@ -33,9 +35,18 @@ pub fn device_reads() -> u64 {
 }
 
 /// How many times burn-sam has waited for a device to finish what was queued (`B::sync`) in
-/// this process: once at the end of every step that updated the weights.
+/// this process: once at the end of every step that updated the weights, except on the fused
+/// backends where it launches the queue instead ([`queue_launches`]).
 pub fn device_syncs() -> u64 {
     DEVICE_SYNCS.load(Ordering::Relaxed)
+}
+
+/// How many times burn-sam has ended a step by launching what a fused backend queued without
+/// waiting for it: with the features `fusion` and `cuda` or `wgpu`, on Burn's fused `Cuda`,
+/// `Vulkan`, `Metal` and `Wgpu`, once at the end of every step that updated the weights. Not
+/// a host wait.
+pub fn queue_launches() -> u64 {
+    QUEUE_LAUNCHES.load(Ordering::Relaxed)
 }
 
 /// Every wait of the host for a device: [`device_reads`] plus [`device_syncs`]. While the host
@@ -56,7 +67,8 @@ pub fn device_syncs() -> u64 {
 /// let before = diagnostics::host_waits();
 /// sam.step_with(0.1, model, |m: &Linear<B>| m.forward(x.clone()).mean()).unwrap();
 /// // On a CPU backend, where a read waits for nothing, one read per pass (its gradient
-/// // norm); on a GPU backend one read for both. Then the sync that ends the step.
+/// // norm); on a GPU backend one read for both. Then the sync that ends the step (on the
+/// // fused backends burn-sam's features name, a launch of its queue: no wait).
 /// assert_eq!(diagnostics::host_waits() - before, 3);
 /// ```
 pub fn host_waits() -> u64 {
@@ -67,6 +79,11 @@ pub fn host_waits() -> u64 {
 pub(crate) fn read_back<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
     DEVICE_READS.fetch_add(1, Ordering::Relaxed);
     tensor.into_data()
+}
+
+/// Counts a launch of a fused queue without a wait ([`queue_launches`]).
+pub(crate) fn launched() {
+    QUEUE_LAUNCHES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Waits for `device` to run what was queued, counted by [`device_syncs`].

@@ -51,6 +51,7 @@ mod global_sum;
 mod grad_map;
 mod handle;
 mod label;
+mod launch;
 mod loss_scaled;
 mod merge;
 mod norm;

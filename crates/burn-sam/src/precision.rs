@@ -10,11 +10,12 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
-use crate::diagnostics::{closing_sync, sync};
+use crate::diagnostics::{closing_sync, launched, sync};
 use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
+use crate::launch::launch_queued;
 use crate::norm::{squared_sum, unscaled_norm};
 use crate::param_map::ParamMap;
 use crate::queue_order::by_shape;
@@ -365,16 +366,18 @@ fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// differently can round differently (CUDA contracts a fused `a * b + c` into one FMA): on an
 /// H200 a resumed LookSAM run differed from the uninterrupted one in the last bit until
 /// steps ended here. Ending every step here makes each step's kernels the same whatever came
-/// before. The
-/// step already waited for the device once (its gradient norms, read before the update
-/// decides), so this is its second wait, a short one for the update's own kernels. Burn 0.21
-/// offers no way to run what is queued without waiting: burn-fusion's `flush_queue` is not
-/// reachable through the `Backend` trait, and a read waits too.
+/// before. Where burn-sam's features name the fused backend's runtime (`fusion` with `cuda`
+/// or `wgpu`), the queue is launched without waiting for it ([`launch_queued`]): the step's
+/// one read is its only wait. Elsewhere it syncs, a second, short wait for the update's own
+/// kernels (Burn's `Backend` trait has no other way to run what is queued).
 fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     if !closing_sync() {
         return;
     }
     for device in module.devices() {
-        sync::<B>(&device);
+        match launch_queued::<B::InnerBackend>(&device) {
+            true => launched(),
+            false => sync::<B>(&device),
+        }
     }
 }
