@@ -217,6 +217,19 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
             "SamTraining, {what}: one read and one queue launch per step, no sync"
         );
     }
+
+    // The end of each step's queue can be turned off, for measuring what it costs.
+    burn_sam::diagnostics::set_closing_sync(false);
+    let (mut model, mut sam) = (
+        Some(self::model()),
+        SamConfig::new().with_rho(0.1).init(sgd().init()),
+    );
+    let n = waits(|| {
+        let step = sam.step_with(0.05, model.take().unwrap(), |m: &Model| m.loss(&data));
+        drop(step.expect("a step"));
+    });
+    burn_sam::diagnostics::set_closing_sync(true);
+    assert_eq!(n, (1, 0, 0), "SAM without the end of its queue");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -10,9 +10,9 @@ static DEVICE_SYNCS: AtomicU64 = AtomicU64::new(0);
 static QUEUE_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static CLOSING_SYNC: AtomicBool = AtomicBool::new(true);
 
-/// Turns the end of every step's queue on or off, for the whole process (on by default): a
-/// device sync, or, on the fused backends that burn-sam's features name, a launch without a
-/// wait ([`queue_launches`]). For measuring what it costs (the GPU check's bench), not for
+/// Turns the end of every step's queue on a fused backend on or off, for the whole process
+/// (on by default): a device sync, or, on the fused backends that burn-sam's features name, a
+/// launch without a wait ([`queue_launches`]). For measuring what it costs (the GPU check's bench), not for
 /// training: without it a fused backend may fuse a step's update into the next step's first
 /// kernels, which can round differently, so a resumed run is no longer bitwise the
 /// uninterrupted one on CUDA (README, "Resume").
@@ -35,8 +35,9 @@ pub fn device_reads() -> u64 {
 }
 
 /// How many times burn-sam has waited for a device to finish what was queued (`B::sync`) in
-/// this process: once at the end of every step that updated the weights, except on the fused
-/// backends where it launches the queue instead ([`queue_launches`]).
+/// this process: once at the end of every step that updated the weights on a fused backend
+/// (Burn's `fusion`), except where burn-sam's features name it and it launches the queue
+/// instead ([`queue_launches`]); never on the others, which have no queue.
 pub fn device_syncs() -> u64 {
     DEVICE_SYNCS.load(Ordering::Relaxed)
 }
@@ -67,9 +68,9 @@ pub fn queue_launches() -> u64 {
 /// let before = diagnostics::host_waits();
 /// sam.step_with(0.1, model, |m: &Linear<B>| m.forward(x.clone()).mean()).unwrap();
 /// // On a CPU backend, where a read waits for nothing, one read per pass (its gradient
-/// // norm); on a GPU backend one read for both. Then the sync that ends the step (on the
-/// // fused backends burn-sam's features name, a launch of its queue: no wait).
-/// assert_eq!(diagnostics::host_waits() - before, 3);
+/// // norm); on a GPU backend one read for both. A fused backend's step then ends its queue:
+/// // a launch where burn-sam's features name the backend (no wait), a sync elsewhere.
+/// assert_eq!(diagnostics::host_waits() - before, 2);
 /// ```
 pub fn host_waits() -> u64 {
     device_reads() + device_syncs()

@@ -11,15 +11,18 @@
 
 use burn::tensor::backend::Backend;
 
-/// Launches what this thread queued on `device` without waiting for it, where the features
-/// name the fused backend's runtime: true then, false on every other backend (the caller
-/// syncs instead).
+/// Launches what this thread queued on `device`, a fused backend's
+/// ([`operations_queue`](crate::quirks::operations_queue)), without waiting for it, where the
+/// features name the backend's runtime: true then, false otherwise (the caller syncs
+/// instead).
+#[cfg(all(feature = "fusion", any(feature = "cuda", feature = "wgpu")))]
 pub(crate) fn launch_queued<B: Backend>(device: &B::Device) -> bool {
-    #[cfg(all(feature = "fusion", any(feature = "cuda", feature = "wgpu")))]
-    if crate::quirks::reductions_fuse::<B>(device) {
-        return fused::launch_queued(device);
-    }
-    let _ = device;
+    fused::launch_queued(device)
+}
+
+/// Without the features, no fusion runtime is named: the caller syncs.
+#[cfg(not(all(feature = "fusion", any(feature = "cuda", feature = "wgpu"))))]
+pub(crate) fn launch_queued<B: Backend>(_device: &B::Device) -> bool {
     false
 }
 

@@ -19,6 +19,7 @@ use crate::launch::launch_queued;
 use crate::norm::{squared_sum, unscaled_norm};
 use crate::param_map::ParamMap;
 use crate::queue_order::by_shape;
+use crate::quirks::operations_queue;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
 
@@ -361,20 +362,24 @@ fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// Runs what the step queued on the module's devices before the step returns.
 ///
 /// A fused backend (Burn's `fusion`: CUDA, Vulkan) queues operations and compiles each run of
-/// them into kernels when something is read. Left queued, the update would fuse with the next
-/// step's first operations unless a read (saving a record) came in between, and kernels fused
-/// differently can round differently (CUDA contracts a fused `a * b + c` into one FMA): on an
-/// H200 a resumed LookSAM run differed from the uninterrupted one in the last bit until
-/// steps ended here. Ending every step here makes each step's kernels the same whatever came
-/// before. Where burn-sam's features name the fused backend's runtime (`fusion` with `cuda`
-/// or `wgpu`), the queue is launched without waiting for it ([`launch_queued`]): the step's
-/// one read is its only wait. Elsewhere it syncs, a second, short wait for the update's own
-/// kernels (Burn's `Backend` trait has no other way to run what is queued).
+/// them into kernels when something is read ([`operations_queue`]). Left queued, the update
+/// would fuse with the next step's first operations unless a read (saving a record) came in
+/// between, and kernels fused differently can round differently (CUDA contracts a fused
+/// `a * b + c` into one FMA): on an H200 a resumed LookSAM run differed from the
+/// uninterrupted one in the last bit until steps ended here. Ending every step here makes
+/// each step's kernels the same whatever came before. Where burn-sam's features name the
+/// fused backend's runtime (`fusion` with `cuda` or `wgpu`), the queue is launched without
+/// waiting for it ([`launch_queued`]): the step's one read is its only wait. Elsewhere it
+/// syncs, a second, short wait for the update's own kernels (Burn's `Backend` trait has no
+/// other way to run what is queued). Backends without a queue have nothing to end.
 fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     if !closing_sync() {
         return;
     }
     for device in module.devices() {
+        if !operations_queue::<B::InnerBackend>(&device) {
+            continue;
+        }
         match launch_queued::<B::InnerBackend>(&device) {
             true => launched(),
             false => sync::<B>(&device),

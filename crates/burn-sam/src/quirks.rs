@@ -56,6 +56,14 @@ pub(crate) fn reductions_fuse<B: Backend>(device: &Device<B>) -> bool {
     B::name(device).starts_with("fusion<")
 }
 
+/// Whether operations wait in a queue until something runs it: on a fused backend
+/// (`"fusion<...>"`), which compiles each run of queued operations into kernels when something
+/// is read or synced, so where a queue ends decides which operations share a kernel. Every
+/// other backend runs (or launches) each operation as it is called.
+pub(crate) fn operations_queue<B: Backend>(device: &Device<B>) -> bool {
+    B::name(device).starts_with("fusion<")
+}
+
 /// Whether tensors change devices through the host and the replicas' passes run one after
 /// another on the calling thread, for a backend whose devices cannot exchange tensors
 /// directly.

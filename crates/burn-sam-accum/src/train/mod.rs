@@ -24,7 +24,7 @@
 //! global batch), or on each replica from its own gradient ([`Ascent::Local`]: m-sharpness, no
 //! exchange before the descent). [`Traffic`] counts the bytes moved between devices.
 //!
-//! Across the processes of an MPI job (cargo feature `mpi`, [`SamTraining::across_ranks`]):
+//! Across the processes of an MPI job (cargo feature `mpi`, `SamTraining::across_ranks`):
 //! each rank runs its own replicas, the loader is split into one part per replica of the job,
 //! and each gradient exchange is a reduce-scatter in replica order and an all-gather, so every
 //! rank holds bitwise the weights one process with all the replicas would. Rank 0
