@@ -3,11 +3,12 @@
 //! only ever with finite gradients.
 
 use std::collections::HashMap;
+use std::sync::Once;
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::record::Record;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::diagnostics::{closing_sync, launched, sync};
@@ -382,7 +383,18 @@ fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
         }
         match launch_queued::<B::InnerBackend>(&device) {
             true => launched(),
-            false => sync::<B>(&device),
+            false => {
+                static HINT: Once = Once::new();
+                HINT.call_once(|| {
+                    log::info!(
+                        "burn-sam: steps on {} end with a device sync; on Burn's fused CUDA \
+                         and wgpu backends, burn-sam's features `fusion` and `cuda` (or \
+                         `wgpu`) end them without a wait",
+                        B::InnerBackend::name(&device)
+                    )
+                });
+                sync::<B>(&device)
+            }
         }
     }
 }
