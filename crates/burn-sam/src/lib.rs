@@ -34,6 +34,11 @@
 //!
 //! Training strategies and other code that runs the passes without holding the optimizer
 //! (burn-sam-accum) build on [`strategy`]: the step protocol and SAM's remaining phases.
+//!
+//! Cargo features: `fusion` with `cuda` or `wgpu`, for Burn's fused CUDA, Vulkan, Metal and
+//! WebGPU backends. With them a step ends by launching what it queued on the device without
+//! waiting for it ([`diagnostics::queue_launches`]); without them, on a fused backend, by a
+//! device sync.
 
 // First: its `or_hand_back!` is in scope in every module below.
 #[macro_use]
