@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: runs `benches/sam_cost.rs` on every backend this machine has (Flex
-//! and NdArray always, LibTorch when the `torch` Python package is installed, Vulkan when
-//! Mesa's lavapipe is) and, with `torch`, `reference/bench_torch.py`; prints the ratios users
+//! and NdArray always, LibTorch when the `torch` Python package is installed, Vulkan with
+//! Burn's `fusion` when Mesa's lavapipe is) and, with `torch`, `reference/bench_torch.py`; prints the ratios users
 //! care about, per backend.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +12,12 @@ use crate::backends::{lavapipe_installed, torch_env};
 use crate::run_with;
 
 const MODELS: [&str; 5] = ["mlp_100k", "mlp_2m", "cnn", "resnet18", "encoder"];
+
+/// Whether `backend` keeps its tensors in Rust's heap, which the bench's allocator counts
+/// (LibTorch and the GPU drivers allocate outside it).
+fn heap_counted(backend: &str) -> bool {
+    matches!(backend, "flex" | "ndarray")
+}
 
 /// Criterion's mean estimate, in milliseconds, for `group/function`.
 fn mean_ms(criterion: &Path, group: &str, function: &str) -> f64 {
@@ -63,7 +69,9 @@ fn available_backends() -> Vec<BenchBackend> {
         Err(why) => eprintln!("No LibTorch: {why}"),
     }
     if lavapipe_installed() {
-        backends.push(("vulkan", "vulkan", Vec::new()));
+        // With Burn's `fusion`, as a user's `burn = { features = ["vulkan"] }` trains and as
+        // the GPU check times CUDA (without `autotune`, like the GPU check).
+        backends.push(("vulkan", "vulkan,fusion", Vec::new()));
     } else {
         eprintln!("No Vulkan: `apt-get install -y mesa-vulkan-drivers` runs it on the CPU");
     }
@@ -227,7 +235,9 @@ pub fn bench(only: &[&str]) {
         "the buffers the size of the largest parameter that its step allocates beyond its base's"
     );
     println!("(counted by the allocator; in-place operations not counted). Peak heap: the step's peak with");
-    println!("its model copy and optimizer state; extra buffers: over its base, in parameter-sized buffers:\n");
+    println!("its model copy and optimizer state; extra buffers: over its base, in parameter-sized buffers");
+    println!("(on models of many small tensors they also count a few kilobytes of bookkeeping per tensor).");
+    println!("Memory is counted in Rust's heap, where Flex and NdArray keep tensors (\"-\" for the others):\n");
     println!("| backend | model | momentum SGD step | Momentum-SAM step | msam_over_base | one pass | extra passes, by time | extra buffers written | peak heap: SGD, momentum SGD, SAM, Momentum-SAM | extra buffers held: SAM, Momentum-SAM |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for (&(backend, model), facts) in rows.iter().zip(&facts) {
@@ -244,17 +254,23 @@ pub fn bench(only: &[&str]) {
         let mib = |function: &str| peak(function) / (1024.0 * 1024.0);
         let param_bytes = 4.0 * count("params");
         let buffers = |top: &str, bottom: &str| (peak(top) - peak(bottom)) / param_bytes;
+        let memory = match heap_counted(backend) {
+            true => format!(
+                "{} | {:.1}, {:.1}, {:.1}, {:.1} MiB | {:.2}, {:.2}",
+                allocations("msam_step") - allocations("momentum_step"),
+                mib("base_step"),
+                mib("momentum_step"),
+                mib("sam_step"),
+                mib("msam_step"),
+                buffers("sam_step", "base_step"),
+                buffers("msam_step", "momentum_step"),
+            ),
+            false => "- | - | -".into(),
+        };
         println!(
-            "| {backend} | {model} | {base:.2} ms | {msam:.2} ms | {:.3} | {pass:.3} ms | {:.1} | {} | {:.1}, {:.1}, {:.1}, {:.1} MiB | {:.2}, {:.2} |",
+            "| {backend} | {model} | {base:.2} ms | {msam:.2} ms | {:.3} | {pass:.3} ms | {:.1} | {memory} |",
             ratio(facts, "msam_step", "momentum_step"),
             (paired("msam_step") - paired("momentum_step")) / paired("param_pass"),
-            allocations("msam_step") - allocations("momentum_step"),
-            mib("base_step"),
-            mib("momentum_step"),
-            mib("sam_step"),
-            mib("msam_step"),
-            buffers("sam_step", "base_step"),
-            buffers("msam_step", "momentum_step"),
         );
     }
 
@@ -274,12 +290,18 @@ pub fn bench(only: &[&str]) {
             mib("large_batch_step_peak_bytes"),
             mib("accum4_step_peak_bytes"),
         );
+        let memory = match heap_counted(backend) {
+            true => format!(
+                "{large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2}",
+                accum_mib / large_mib
+            ),
+            false => "- | - | -".into(),
+        };
         println!(
-            "| {backend} | {model} | {large:.2} ms | {passes:.2} ms | {accum:.2} ms | {:.3} | {:.3} | {:.3} | {large_mib:.1} MiB | {accum_mib:.1} MiB | {:.2} |",
+            "| {backend} | {model} | {large:.2} ms | {passes:.2} ms | {accum:.2} ms | {:.3} | {:.3} | {:.3} | {memory} |",
             ratio(facts, "accum4_step", "large_batch_step"),
             ratio(facts, "window_passes_step", "large_batch_step"),
             ratio(facts, "accum4_step", "window_passes_step"),
-            accum_mib / large_mib
         );
     }
     if lavapipe_installed() && (only.is_empty() || only.contains(&"vulkan")) {
