@@ -33,10 +33,19 @@ const BURST: usize = 8;
 /// Rounds of bursts, at most.
 const BURST_ROUNDS: usize = 5;
 
-pub fn run(rounds: usize, rows: usize, json: &Path) -> Result<(), String> {
+/// The models `bench` times, by name.
+pub const MODELS: [&str; 6] = ["mlp_100k", "mlp_2m", "cnn", "cnn_bn", "resnet18", "encoder"];
+
+pub fn run(rounds: usize, rows: usize, names: &[String], json: &Path) -> Result<(), String> {
     if rounds == 0 || rows == 0 {
         return Err(format!(
             "--rounds = {rounds}, --batch = {rows}: both must be >= 1"
+        ));
+    }
+    if let Some(name) = names.iter().find(|name| !MODELS.contains(&name.as_str())) {
+        return Err(format!(
+            "--models: no model {name}; allowed: {}",
+            MODELS.join(", ")
         ));
     }
     let device = Default::default();
@@ -48,14 +57,21 @@ pub fn run(rounds: usize, rows: usize, json: &Path) -> Result<(), String> {
             .with_batch_norm(batch_norm)
             .init::<B>(&device)
     };
-    models.insert("mlp_100k".into(), bench_model(mlp(&MLP_100K), rounds, rows));
-    models.insert("mlp_2m".into(), bench_model(mlp(&MLP_2M), rounds, rows));
-    models.insert("cnn".into(), bench_model(cnn(false), rounds, rows));
-    models.insert("cnn_bn".into(), bench_model(cnn(true), rounds, rows));
-    let resnet = ResNetConfig::new().init::<B>(&device);
-    models.insert("resnet18".into(), bench_model(resnet, rounds, rows));
-    let encoder = EncoderConfig::new().init::<B>(&device);
-    models.insert("encoder".into(), bench_model(encoder, rounds, rows));
+    for name in MODELS
+        .iter()
+        .filter(|model| names.iter().any(|name| name == *model))
+    {
+        let facts = match *name {
+            "mlp_100k" => bench_model(mlp(&MLP_100K), rounds, rows),
+            "mlp_2m" => bench_model(mlp(&MLP_2M), rounds, rows),
+            "cnn" => bench_model(cnn(false), rounds, rows),
+            "cnn_bn" => bench_model(cnn(true), rounds, rows),
+            "resnet18" => bench_model(ResNetConfig::new().init::<B>(&device), rounds, rows),
+            "encoder" => bench_model(EncoderConfig::new().init::<B>(&device), rounds, rows),
+            other => unreachable!("{other} is not in MODELS"),
+        };
+        models.insert(name.to_string(), facts);
+    }
     let report = json!({
         "backend": crate::BACKEND,
         "batch": rows,

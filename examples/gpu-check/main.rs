@@ -87,7 +87,8 @@ enum Command {
         #[arg(long)]
         json: PathBuf,
     },
-    /// Paired timings of SAM against its floor on two MLPs and a CNN, with and without BatchNorm.
+    /// Paired timings of SAM against its floor on two MLPs, a CNN with and without BatchNorm, a
+    /// narrow ResNet-18 and a transformer encoder.
     Bench {
         /// Interleaved rounds per timing (one step of every function per round), >= 1.
         #[arg(long, default_value_t = 20)]
@@ -95,6 +96,9 @@ enum Command {
         /// Rows per batch, >= 1.
         #[arg(long, default_value_t = 128)]
         batch: usize,
+        /// The models to time, of mlp_100k, mlp_2m, cnn, cnn_bn, resnet18, encoder.
+        #[arg(long, value_delimiter = ',', default_values_t = bench::MODELS.map(String::from))]
+        models: Vec<String>,
         #[arg(long)]
         json: PathBuf,
     },
@@ -144,8 +148,9 @@ fn main() {
         Command::Bench {
             rounds,
             batch,
+            models,
             json,
-        } => bench::run(rounds, batch, &json),
+        } => bench::run(rounds, batch, &models, &json),
         Command::Launches { json } => {
             let (_, log) = log.expect("a kernel log whenever launches are counted");
             launches::run(&log, &json)

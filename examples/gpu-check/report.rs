@@ -10,10 +10,17 @@ use std::time::{Duration, Instant};
 use burn_sam_suite::kernels::KernelCounts;
 use serde_json::{json, Value};
 
-/// One stage: a subcommand of this binary, its time limit, and the JSON it writes.
+/// The autotuned build of this check, beside it in the bundle (`cargo xtask gpu-bundle`).
+pub const AUTOTUNE_BINARY: &str = "gpu-check-autotune";
+
+/// One stage: a subcommand of this binary (or of its autotuned build), its time limit, and the
+/// JSON it writes.
 struct Stage {
     name: &'static str,
     args: Vec<String>,
+    /// Run by [`AUTOTUNE_BINARY`], with a kernel cache of its own: its cold run tunes from
+    /// nothing, as a user's first run with Burn's `autotune` does.
+    autotune: bool,
     /// Cold: an empty kernel cache for the first stage, the earlier stages' for the others.
     limit_s: f64,
     /// With every kernel compiled and tuned by the cold pass.
@@ -30,7 +37,7 @@ pub fn write_json(path: &Path, value: &Value) -> Result<(), String> {
 /// The stages; each writes its result to `<logs>/<name>.json`.
 fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
     let data = format!("--data={}", data.display());
-    let stage = |name: &'static str, args: &[&str], limit_s, warm_limit_s| {
+    let stage = |name: &'static str, args: &[&str], limit_s, warm_limit_s| -> Stage {
         let result = logs.join(format!("{name}.json"));
         let mut args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
         // Before the examples' own flags, which take the rest of the line.
@@ -38,6 +45,7 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
         Stage {
             name,
             args,
+            autotune: false,
             limit_s,
             warm_limit_s,
             result,
@@ -83,6 +91,17 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
         // 4 steps of each of 10 step functions on two MLPs, batch 8: lavapipe takes 2
         // minutes on 2 CPU cores, a GPU far less once its kernels are compiled.
         stage("launches", &["launches"], 120.0, 60.0),
+        // The two models with users' tensor counts with Burn's `autotune`: what tuning costs
+        // once (cold against warm) and what it gains per step (against `bench`'s rows).
+        Stage {
+            autotune: true,
+            ..stage(
+                "bench-autotune",
+                &["bench", "--models=resnet18,encoder"],
+                240.0,
+                90.0,
+            )
+        },
     ]
 }
 
@@ -156,9 +175,12 @@ pub fn all(options: &Options) -> Result<(), String> {
             data.display()
         ));
     }
-    if !options.keep_cache && cache.exists() {
-        std::fs::remove_dir_all(cache)
-            .map_err(|error| format!("cannot empty {}: {error}", cache.display()))?;
+    let autotune_cache = PathBuf::from(format!("{}-autotune", cache.display()));
+    for cache in [cache, &autotune_cache] {
+        if !options.keep_cache && cache.exists() {
+            std::fs::remove_dir_all(cache)
+                .map_err(|error| format!("cannot empty {}: {error}", cache.display()))?;
+        }
     }
     std::fs::create_dir_all(logs)
         .map_err(|error| format!("cannot create {}: {error}", logs.display()))?;
@@ -170,6 +192,7 @@ pub fn all(options: &Options) -> Result<(), String> {
         if options.keep_cache { "kept" } else { "empty" }
     );
     let exe = std::env::current_exe().map_err(|error| format!("own path: {error}"))?;
+    let autotune_exe = exe.with_file_name(AUTOTUNE_BINARY);
     let stages = stages(logs, data);
     let run = |stage: &Stage, pass: &str, limit_s: f64| -> Result<Outcome, String> {
         let limit = Duration::from_secs_f64(limit_s * time_scale);
@@ -185,13 +208,30 @@ pub fn all(options: &Options) -> Result<(), String> {
             .map_err(|error| error.to_string())?;
         let _ = std::fs::remove_file(&stage.result); // a crash must not leave an old result
         let _ = std::fs::remove_file(&kernel_log);
+        let (exe, cache) = match stage.autotune {
+            true => (&autotune_exe, &autotune_cache),
+            false => (&exe, cache),
+        };
+        if !exe.is_file() {
+            let status = format!(
+                "skipped: no {AUTOTUNE_BINARY} beside this binary (`cargo xtask gpu-bundle` \
+                 builds it)"
+            );
+            println!("{status}");
+            return Ok(Outcome {
+                status,
+                seconds: 0.0,
+                log,
+                kernels: KernelCounts::default(),
+            });
+        }
         let mut args = vec![
             format!("--kernel-cache={}", cache.display()),
             format!("--kernel-log={}", kernel_log.display()),
         ];
         args.extend(stage.args.iter().cloned());
         let start = Instant::now();
-        let status = run_with_limit(&exe, &args, &log, limit)?;
+        let status = run_with_limit(exe, &args, &log, limit)?;
         let seconds = start.elapsed().as_secs_f64();
         let kernels = KernelCounts::read(&kernel_log);
         println!(
@@ -216,29 +256,37 @@ pub fn all(options: &Options) -> Result<(), String> {
         })
     };
     let mut results = Vec::new();
-    for stage in &stages {
-        let cold = run(stage, "", stage.limit_s)?;
-        let part = std::fs::read_to_string(&stage.result)
-            .ok()
-            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-            .unwrap_or(Value::Null);
-        results.push(json!({
-            "name": stage.name,
-            "command": format!("gpu-check {}", stage.args.join(" ")),
-            "status": cold.status,
-            "seconds": cold.seconds,
-            "limit_s": stage.limit_s * time_scale,
-            "log": cold.log.to_string_lossy(),
-            "cold": cold.json(),
-            "result": part,
-        }));
-        write_json(out, &report(&results))?;
-    }
-    if !options.no_warm_pass {
+    // The autotuned build's stages last, cold then warm: whatever cuts the run short, the
+    // check's own stages have both passes.
+    let (autotuned, own): (Vec<Stage>, Vec<Stage>) =
+        stages.into_iter().partition(|stage| stage.autotune);
+    for group in [own, autotuned] {
+        let first = results.len();
+        for stage in &group {
+            let cold = run(stage, "", stage.limit_s)?;
+            let part = std::fs::read_to_string(&stage.result)
+                .ok()
+                .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                .unwrap_or(Value::Null);
+            results.push(json!({
+                "name": stage.name,
+                "command": format!("gpu-check {}", stage.args.join(" ")),
+                "status": cold.status,
+                "seconds": cold.seconds,
+                "limit_s": stage.limit_s * time_scale,
+                "log": cold.log.to_string_lossy(),
+                "cold": cold.json(),
+                "result": part,
+            }));
+            write_json(out, &report(&results))?;
+        }
+        if options.no_warm_pass || group.is_empty() {
+            continue;
+        }
         println!("\nagain, with the kernels and autotune results of the run above:");
-        for (index, stage) in stages.iter().enumerate() {
+        for (index, stage) in group.iter().enumerate() {
             let warm = run(stage, "-warm", stage.warm_limit_s)?;
-            let result = &mut results[index];
+            let result = &mut results[first + index];
             let cold_s = result["seconds"].as_f64().unwrap_or(f64::NAN);
             result["warm"] = warm.json();
             // What the cold run spent compiling and tuning; the warm run's time is running
@@ -252,11 +300,16 @@ pub fn all(options: &Options) -> Result<(), String> {
     write_json(out, &report)?;
     print_table(&report);
     println!("\nreport: {}; logs: {}", out.display(), logs.display());
+    let passed = |status: &Value| {
+        status
+            .as_str()
+            .is_some_and(|status| status == "passed" || status.starts_with("skipped"))
+    };
     let failed: Vec<&str> = results
         .iter()
         .filter(|stage| {
-            stage["status"] != "passed"
-                || (!options.no_warm_pass && stage["warm"]["status"] != "passed")
+            !passed(&stage["status"])
+                || (!options.no_warm_pass && !passed(&stage["warm"]["status"]))
         })
         .filter_map(|stage| stage["name"].as_str())
         .collect();
@@ -379,7 +432,7 @@ fn print_table(report: &Value) {
     for stage in &stages {
         let name = stage["name"].as_str().unwrap_or("?");
         let status = match stage["warm"]["status"].as_str() {
-            Some(warm) if warm != "passed" => {
+            Some(warm) if warm != "passed" && stage["status"] != warm => {
                 format!("{}; warm: {warm}", stage["status"].as_str().unwrap_or("?"))
             }
             _ => stage["status"].as_str().unwrap_or("?").to_string(),
@@ -398,17 +451,25 @@ fn print_table(report: &Value) {
     if let Some(launches) = launches {
         crate::launches::print_table(&launches["result"]);
     }
-    let Some(bench) = stages
-        .iter()
-        .find(|stage| stage["name"] == "bench")
-        .map(|stage| &stage["result"])
-        .filter(|result| !result.is_null())
-    else {
-        return;
-    };
+    for (name, build) in [("bench", "this build"), ("bench-autotune", AUTOTUNE_BINARY)] {
+        let bench = stages
+            .iter()
+            .find(|stage| stage["name"] == name)
+            .map(|stage| &stage["result"])
+            .filter(|result| !result.is_null());
+        if let Some(bench) = bench {
+            print_bench(build, bench);
+        }
+    }
+}
+
+/// The tables of a `bench` stage's result, run by `build`.
+fn print_bench(build: &str, bench: &Value) {
     println!(
-        "\nSAM's cost, SGD base, batch {}, medians of {} interleaved rounds:\n",
-        bench["batch"], bench["rounds"]
+        "\nSAM's cost ({build}: {}), SGD base, batch {}, medians of {} interleaved rounds:\n",
+        bench["backend"].as_str().unwrap_or("?"),
+        bench["batch"],
+        bench["rounds"]
     );
     println!("| model | params | dtype | base step | two passes | SAM step | sam_over_base | sam_over_two_passes | loss-scaled SAM | scaled_over_unscaled |");
     println!("|---|---|---|---|---|---|---|---|---|---|");

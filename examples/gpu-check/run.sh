@@ -1,9 +1,11 @@
 #!/bin/sh
 # burn-sam's GPU check (built by `cargo xtask gpu-bundle`). Needs the NVIDIA driver and NVRTC,
 # which CubeCL compiles its CUDA kernels with (any CUDA 12 or 13 toolkit, or the pip package
-# nvidia-cuda-nvrtc); no Rust, no network. Runs the suite in f32 and f16, the examples in f16
-# and SAM's cost, cold (an empty kernel-cache/ that the stages share), then again warm (2.5
-# minutes on an H200; the limits, about 2.5 times that, add up to 7), writes gpu-report.json and prints a table.
+# nvidia-cuda-nvrtc); no Rust, no network. Runs the suite in f32 and f16, the examples in f16,
+# SAM's cost and its kernel launches, cold (an empty kernel-cache/ that the stages share), then
+# again warm; then SAM's cost on the two realistic models with the build that has Burn's
+# autotune (gpu-check-autotune, its own kernel-cache-autotune/), cold and warm. Writes
+# gpu-report.json after every stage and prints a table.
 # Extra arguments go to `gpu-check all` (for example `--time-scale 2` on a slow host).
 set -u
 cd "$(dirname "$0")" || exit 1
@@ -41,7 +43,9 @@ if ! nvrtc=$(find_library libnvrtc.so); then
 fi
 export LD_LIBRARY_PATH="$driver:$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-if [ ! -x gpu-check ]; then
-  gzip -dc gpu-check.gz >gpu-check && chmod +x gpu-check || exit 1
-fi
+for binary in gpu-check gpu-check-autotune; do
+  if [ ! -x $binary ] && [ -e $binary.gz ]; then
+    gzip -dc $binary.gz >$binary && chmod +x $binary || exit 1
+  fi
+done
 exec ./gpu-check all --out gpu-report.json --logs gpu-logs --data digits.csv.gz "$@"

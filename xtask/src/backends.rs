@@ -71,24 +71,51 @@ fn cuda_driver() -> bool {
 /// The cargo profile of the GPU check: release, stripped.
 const GPU_PROFILE: &str = "gpu-bundle";
 
-/// Builds the GPU check (`examples/gpu-check`) for CUDA with Burn's `fusion` and without its
-/// `autotune`: on a cold H200, autotune compiled and timed 6-10 candidate matmul kernels per
-/// new shape, and the f16 example's first epoch took 223 s with it against 18.5 s without
-/// (README, "GPU"); the check with it does not fit its 7 minutes.
-fn build_gpu_check() -> PathBuf {
-    run(
+/// Builds the GPU check (`examples/gpu-check`) for CUDA with Burn's `fusion` and, with
+/// `autotune` false, without its `autotune`: on a cold H200, autotune compiled and timed 6-10
+/// candidate matmul kernels per new shape, and the f16 example's first epoch took 223 s with it
+/// against 18.5 s without (README, "GPU"); the check with it does not fit its 7 minutes. The
+/// build with it times two models only (the check's `bench-autotune` stage), from a target
+/// folder of its own, so that neither build undoes the other's.
+fn build_gpu_check(autotune: bool) -> PathBuf {
+    let (features, target) = match autotune {
+        false => ("cuda,fusion", target_dir()),
+        true => ("cuda,fusion,autotune", target_dir().join("autotune")),
+    };
+    run_with(
         "cargo",
         &[
             "build",
             "--profile",
             GPU_PROFILE,
             "--features",
-            "cuda,fusion",
+            features,
             "--example",
             "gpu-check",
         ],
+        &[("CARGO_TARGET_DIR", target.to_string_lossy().into_owned())],
     );
-    target_dir().join(GPU_PROFILE).join("examples/gpu-check")
+    target.join(GPU_PROFILE).join("examples/gpu-check")
+}
+
+/// The autotuned build's name beside the check (`AUTOTUNE_BINARY` in
+/// `examples/gpu-check/report.rs`).
+const AUTOTUNE_BINARY: &str = "gpu-check-autotune";
+
+/// Both builds of the GPU check, the autotuned one beside the other as the check expects it;
+/// the path of the check.
+fn build_gpu_checks() -> PathBuf {
+    let autotuned = build_gpu_check(true);
+    let binary = build_gpu_check(false);
+    let beside = binary.with_file_name(AUTOTUNE_BINARY);
+    std::fs::copy(&autotuned, &beside).unwrap_or_else(|error| {
+        fail(&format!(
+            "cannot copy {} to {}: {error}",
+            autotuned.display(),
+            beside.display()
+        ))
+    });
+    binary
 }
 
 /// The GPU check on this machine's GPU.
@@ -99,7 +126,7 @@ pub fn test_gpu() {
              NVIDIA GPU, or `cargo xtask gpu-bundle` to build the check for one",
         );
     }
-    let binary = build_gpu_check();
+    let binary = build_gpu_checks();
     let out = target_dir().join("gpu-report.json");
     let logs = target_dir().join("gpu-logs");
     let (out, logs) = (out.to_string_lossy(), logs.to_string_lossy());
@@ -137,10 +164,10 @@ fn gpu_count() -> usize {
 /// The bundle's size limit.
 const BUNDLE_LIMIT_BYTES: u64 = 60 << 20;
 
-/// Builds the GPU check into `<target>/gpu-check/`: the binary (gzipped), the data set and
+/// Builds the GPU check into `<target>/gpu-check/`: its two builds (gzipped), the data set and
 /// `run.sh`, for a GPU host with the NVIDIA driver and no Rust toolchain.
 pub fn gpu_bundle() {
-    let binary = build_gpu_check();
+    let binary = build_gpu_checks();
     let bundle = target_dir().join("gpu-check");
     let _ = std::fs::remove_dir_all(&bundle);
     std::fs::create_dir_all(&bundle).expect("bundle folder");
@@ -149,17 +176,16 @@ pub fn gpu_bundle() {
             .unwrap_or_else(|error| fail(&format!("cannot copy {}: {error}", from.display())));
     };
     copy(&binary, "gpu-check");
+    copy(&binary.with_file_name(AUTOTUNE_BINARY), AUTOTUNE_BINARY);
     copy(Path::new("examples/gpu-check/run.sh"), "run.sh");
     copy(Path::new("examples/data/digits.csv.gz"), "digits.csv.gz");
-    // run.sh unpacks it.
-    run(
-        "gzip",
-        &[
-            "-9",
-            "-n",
-            bundle.join("gpu-check").to_str().expect("UTF-8"),
-        ],
-    );
+    // run.sh unpacks them.
+    for name in ["gpu-check", AUTOTUNE_BINARY] {
+        run(
+            "gzip",
+            &["-9", "-n", bundle.join(name).to_str().expect("UTF-8")],
+        );
+    }
     let mut total = 0;
     println!("\nBuilt {}:", bundle.display());
     for entry in std::fs::read_dir(&bundle).expect("bundle folder").flatten() {
