@@ -56,7 +56,7 @@ fn stages(logs: &Path, data: &Path) -> Vec<Stage> {
     vec![
         // Limits about 2.5 times a cold and a warm run on an H200 (2026-12-04; cold: 22, 25,
         // 18, 11 and 43 s; warm: 2, 10, 2, 3 and 9 s), most of the cold time compiling
-        // kernels with NVRTC on the host's CPU: 7 minutes in all.
+        // kernels with NVRTC on the host's CPU.
         stage("suite-f32", &["suite", "f32"], 60.0, 30.0),
         stage("suite-f16", &["suite", "f16"], 60.0, 30.0),
         stage(
