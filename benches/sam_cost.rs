@@ -8,7 +8,7 @@
 //! heap memory of one step). Momentum-SAM (mu 0.9) against its own base, SGD with momentum
 //! 0.9, with one element-wise pass over every parameter to count a step's passes by time, the
 //! parameter-sized buffers each step allocates, and peak heap with and without the optimizer
-//! state. Also the device reads burn-sam makes per SAM step. Criterion groups are named
+//! state. Also the host waits (device reads and syncs) burn-sam makes per SAM step. Criterion groups are named
 //! `<backend>-<model>`. `cargo xtask bench` runs this and prints the ratios.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -81,7 +81,7 @@ const BATCH: usize = 128;
 const K: usize = 4;
 
 /// Times each step of `model` in criterion group `name`; writes the peak memory of the
-/// accumulation steps and the device reads per SAM step to `<target>/criterion/<name>.json`.
+/// accumulation steps and the host waits per SAM step to `<target>/criterion/<name>.json`.
 fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, model: M) {
     let f16 = B::supports_dtype(&Default::default(), DType::F16);
     // Initialise the lazy parameters once, so that every clone starts from the same weights.
@@ -192,12 +192,13 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
         let before_state = LIVE.load(Ordering::Relaxed);
         let mut current = Some(step((*start).clone())); // warm up
         if function.contains("sam_step") {
-            let reads = burn_sam::diagnostics::device_reads();
+            // Reads and syncs: every wait of the host for the device.
+            let waits = burn_sam::diagnostics::host_waits();
             for _ in 0..5 {
                 current = Some(step(current.take().unwrap()));
             }
-            let per_step = (burn_sam::diagnostics::device_reads() - reads) as f64 / 5.0;
-            facts.insert(format!("{function}_device_reads"), per_step.into());
+            let per_step = (burn_sam::diagnostics::host_waits() - waits) as f64 / 5.0;
+            facts.insert(format!("{function}_host_waits"), per_step.into());
         }
         let before_step = LIVE.load(Ordering::Relaxed);
         let peak = peak_bytes_over(before_step, || {

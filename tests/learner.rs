@@ -1,6 +1,10 @@
 //! `SamTraining` inside Burn's `Learner` on Flex (f32): training improves the model, rho = 0
 //! is Burn's default strategy, resuming equals the uninterrupted run, the LR scheduler advances
-//! once per optimizer step, accumulation equals the large batch.
+//! once per optimizer step, accumulation equals the large batch, and a window equals the
+//! direct path's bitwise (`learner/window.rs`).
+
+#[path = "learner/window.rs"]
+mod window;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

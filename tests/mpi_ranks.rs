@@ -268,6 +268,7 @@ fn bytes_per_exchange(ranks: &Ranks) {
         .across_ranks(ranks);
     let traffic = strategy.traffic();
     let learner = Learner::new(model(), optim, 0.1);
+    let waits = burn_sam::diagnostics::host_waits();
     dp::run(
         &scratch("bytes"),
         dp::loader(examples, 2),
@@ -276,7 +277,10 @@ fn bytes_per_exchange(ranks: &Ranks) {
         strategy,
         None,
     );
-    assert_eq!(traffic.exchanges() as usize, 2 * 12 / n);
+    let waits = (burn_sam::diagnostics::host_waits() - waits) as usize;
+    let steps = 12 / n;
+    assert_eq!(traffic.exchanges() as usize, 2 * steps);
+    host_waits_per_step(ranks, waits, steps);
 
     let elements = model().num_params();
     let owned = elements * (rank + 1) / n - elements * rank / n;
@@ -301,6 +305,39 @@ fn bytes_per_exchange(ranks: &Ranks) {
         sent <= all_gather + header,
         "{n} ranks: more than an all-gather"
     );
+}
+
+/// The host waits of `steps` SAM steps (`Synced`, one replica per rank) on Flex, where a read
+/// waits for nothing: a read per pass (its gradient norm), and per gradient exchange a read of
+/// each of the replica's T gradient tensors on its way to the host and one per piece of this
+/// rank's summed shard on its way to the others; before the first step rank 0 reads its T
+/// weights for the broadcast. No sync: each rank's one replica runs on the calling thread.
+fn host_waits_per_step(ranks: &Ranks, waits: usize, steps: usize) {
+    struct Sizes(Vec<usize>);
+    impl ModuleVisitor<B> for Sizes {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.shape().num_elements());
+        }
+    }
+    let (n, rank) = (ranks.size(), ranks.rank());
+    let mut sizes = Sizes(Vec::new());
+    model().visit(&mut sizes);
+    let (t, elements) = (sizes.0.len(), sizes.0.iter().sum::<usize>());
+    let (first, last) = (elements * rank / n, elements * (rank + 1) / n);
+    let mut start = 0;
+    let mut pieces = 0;
+    for size in sizes.0 {
+        pieces += usize::from(start.max(first) < (start + size).min(last));
+        start += size;
+    }
+    let broadcast = if rank == 0 { t } else { 0 };
+    let expected = steps * (2 + 2 * (t + pieces)) + broadcast;
+    println!(
+        "rank {rank} of {n}: {waits} host waits in {steps} steps, {:.1} per step ({t} tensors, \
+         {pieces} pieces in this rank's shard)",
+        waits as f64 / steps as f64
+    );
+    assert_eq!(waits, expected, "rank {rank} of {n}: host waits");
 }
 
 mod watched {

@@ -22,7 +22,7 @@ use burn::optim::SgdConfig;
 use burn::tensor::backend::Backend;
 use burn::train::metric::LossMetric;
 use burn::train::{Learner, SupervisedTraining};
-use burn_sam::{cast_params, LossScalerConfig, SamConfig};
+use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 use burn_sam_suite::kernels::{KernelCache, KernelCounts};
@@ -198,24 +198,70 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
                     }
                 };
                 let learner = Learner::new(learner_model.clone(), optim, 0.05);
-                let artifacts = dir.join(format!("learner-{what}-{trainings}"));
-                SupervisedTraining::new(&artifacts, train_loader(), valid_loader())
-                    .metrics((LossMetric::new(),))
-                    .renderer(Quiet)
-                    .with_application_logger(None)
-                    .with_training_strategy(strategy.into_strategy())
-                    .num_epochs(1)
-                    .launch(learner);
+                train(
+                    &dir.join(format!("learner-{what}-{trainings}")),
+                    learner,
+                    strategy,
+                );
             })
         });
         // Each step takes a batch per replica.
-        let replicas = if ascent.is_some() { 2 } else { 1 };
-        let steps = 2 * (STEPS / replicas) as u64;
+        let (replicas, steps) = match ascent {
+            None => (1, 2 * STEPS as u64),
+            Some(_) => (2, STEPS as u64),
+        };
+        // lavapipe's two devices exchange tensors through the host
+        // (`transfers_through_host`): per step each of the model's 4 parameter tensors is
+        // read once on its way out to the second replica and its gradient once on the way
+        // back, beside the step's one read of its norms.
+        let reads = steps * (1 + 2 * 4 * (replicas - 1));
         assert_eq!(
             n,
-            (steps, 0, steps),
-            "SamTraining, {what}: one read and one queue launch per step, no sync"
+            (reads, 0, steps),
+            "SamTraining, {what}: the reads of a step (its norms, host transfers) and one \
+             queue launch per step, no sync"
         );
+    }
+
+    // One device, windows of 1 and 4: SAM, Momentum-SAM and loss-scaled f16 SAM under
+    // SamTraining each wait for the device once per optimizer step, syncs counted.
+    let scaling = LossScalerConfig::new().with_init_scale(1024.0);
+    for (what, config, dtype) in [
+        ("SAM", SamConfig::new().with_rho(0.1), None),
+        (
+            "Momentum-SAM",
+            SamConfig::new()
+                .with_rho(1.0)
+                .with_variant(SamVariant::momentum_sam()),
+            None,
+        ),
+        (
+            "loss-scaled f16 SAM",
+            SamConfig::new()
+                .with_rho(0.1)
+                .with_loss_scaling(Some(scaling)),
+            Some(burn::tensor::FloatDType::F16),
+        ),
+    ] {
+        for window in [1, 4] {
+            let optim = config.init(sgd().init());
+            let strategy = SamTraining::new(Default::default(), &optim)
+                .with_accumulation(window)
+                .expect("a window");
+            let model = match dtype {
+                Some(dtype) => cast_params(self::model(), dtype),
+                None => self::model(),
+            };
+            let artifacts = dir.join(format!("waits-{what}-{window}"));
+            let n = waits(|| train(&artifacts, Learner::new(model, optim, 0.05), strategy));
+            let steps = STEPS.div_ceil(window) as u64;
+            assert_eq!(
+                n,
+                (steps, 0, steps),
+                "SamTraining, {what}, window {window}: one host wait (a read) and one queue \
+                 launch per optimizer step"
+            );
+        }
     }
 
     // The end of each step's queue can be turned off, for measuring what it costs.
@@ -231,6 +277,24 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
     burn_sam::diagnostics::set_closing_sync(true);
     assert_eq!(n, (1, 0, 0), "SAM without the end of its queue");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+type Components = burn::train::LearningComponentsMarker<
+    B,
+    f64,
+    Model,
+    burn_sam::Sam<burn::optim::adaptor::OptimizerAdaptor<burn::optim::Sgd<Vulkan>, Model, B>>,
+>;
+
+/// One epoch of `learner` under `strategy`, its artifacts in `dir`.
+fn train(dir: &Path, learner: Learner<Components>, strategy: SamTraining<Components>) {
+    SupervisedTraining::new(dir, train_loader(), valid_loader())
+        .metrics((LossMetric::new(),))
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .with_training_strategy(strategy.into_strategy())
+        .num_epochs(1)
+        .launch(learner);
 }
 
 /// One Learner training as warm-up, then a second one that must compile and tune nothing.

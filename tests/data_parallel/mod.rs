@@ -54,6 +54,11 @@ macro_rules! data_parallel_suite {
             }
 
             #[test]
+            fn a_replicated_window_is_the_single_device_window() {
+                dp::replicated_window_is_the_single_device_window::<B>(devices());
+            }
+
+            #[test]
             fn synced_ascent_runs_every_variant_as_on_the_union_batch() {
                 dp::synced_runs_every_variant::<B>(devices());
             }
@@ -360,6 +365,55 @@ pub fn synced_is_sam_on_the_union<B: AutodiffBackend>(devices: [Device<B>; 2]) {
         None,
     );
     assert!(relative_difference(&weights(&unweighted), &weights(&expected)) > 1e-5);
+}
+
+/// Each micro-batch's loss is weighted before its backward pass on every replica, as on one
+/// device: with one micro-batch per replica the replicated window is the single-device window
+/// of the same micro-batches bitwise (the two gradients are added in the same order). With two
+/// per replica each replica first sums its own, `(a + b) + (c + d)` where one device adds
+/// `((a + b) + c) + d`: apart in the last bits of f32.
+pub fn replicated_window_is_the_single_device_window<B: AutodiffBackend>(devices: [Device<B>; 2]) {
+    let model = model::<B>(&devices[0]);
+    // 32 examples in batches of 8: each replica's half is two batches.
+    let examples = blobs(32, 7, FEATURES, CLASSES);
+    let single = |order: Vec<Example>, window: usize, name: &str| {
+        let optim = sam::<B>(0.05);
+        let strategy = SamTraining::new(devices[0].clone(), &optim)
+            .with_accumulation(window)
+            .unwrap()
+            .with_items(ClassBatch::len);
+        let learner = Learner::new(model.clone(), optim, scheduler());
+        weights(&run(
+            &artifacts(name),
+            loader(order, 8),
+            3,
+            learner,
+            strategy,
+            None,
+        ))
+    };
+    let replicated = |window: usize, name: &str| {
+        let optim = sam::<B>(0.05);
+        let strategy = data_parallel(&devices, &optim, Ascent::Synced)
+            .with_accumulation(window)
+            .unwrap();
+        let learner = Learner::new(model.clone(), optim, scheduler());
+        let loader = loader(examples.clone(), 8);
+        weights(&run(&artifacts(name), loader, 3, learner, strategy, None))
+    };
+    let interleaved: Vec<Example> = [0..8, 16..24, 8..16, 24..32]
+        .into_iter()
+        .flat_map(|range| examples[range].to_vec())
+        .collect();
+    assert_eq!(
+        replicated(1, "window-replicated-1"),
+        single(interleaved, 2, "window-single-2"),
+        "one micro-batch per replica"
+    );
+    let two = replicated(2, "window-replicated-2");
+    let difference = relative_difference(&two, &single(examples.clone(), 4, "window-single-4"));
+    println!("two micro-batches per replica against one device's window of 4: {difference:e}");
+    assert!(difference <= 1e-6, "{difference:e}");
 }
 
 pub fn synced_runs_every_variant<B: AutodiffBackend>(devices: [Device<B>; 2]) {

@@ -141,7 +141,7 @@ pub fn bench(only: &[&str]) {
     println!("\nSAM's cost per backend (batch 128, SGD base). Two passes: two forward/backward passes and one");
     println!("base step, SAM's floor; the limit of sam_over_base is about 2.0. Times: criterion's means;");
     println!("ratios: medians of 15 interleaved rounds (one step of each function per round):\n");
-    println!("| backend | model | params | base step | two passes | SAM step | sam_over_base | sam_over_two_passes | ASAM step | asam_over_base | device reads per SAM step | PyTorch base | PyTorch two passes | PyTorch SAM | PyTorch sam_over_base | PyTorch sam_over_two_passes |");
+    println!("| backend | model | params | base step | two passes | SAM step | sam_over_base | sam_over_two_passes | ASAM step | asam_over_base | host waits per SAM step | PyTorch base | PyTorch two passes | PyTorch SAM | PyTorch sam_over_base | PyTorch sam_over_two_passes |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (&(backend, model), facts) in rows.iter().zip(&facts) {
         let row = (backend, model);
@@ -171,7 +171,7 @@ pub fn bench(only: &[&str]) {
             ratio(facts, "sam_step", "base_step"),
             ratio(facts, "sam_step", "two_passes_step"),
             ratio(facts, "asam_step", "base_step"),
-            facts["sam_step_device_reads"],
+            facts["sam_step_host_waits"],
         );
     }
     match &torch {
@@ -187,7 +187,7 @@ pub fn bench(only: &[&str]) {
     println!(
         "per step averaged over its cycle (one full step in 10); the others are paired medians:\n"
     );
-    println!("| backend | model | SAM step | GSAM step | LookSAM step | Friendly-SAM step | gsam_over_sam | looksam_over_base | friendly_sam_over_sam | device reads per step (GSAM, LookSAM, Friendly-SAM) |");
+    println!("| backend | model | SAM step | GSAM step | LookSAM step | Friendly-SAM step | gsam_over_sam | looksam_over_base | friendly_sam_over_sam | host waits per step (GSAM, LookSAM, Friendly-SAM) |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for (&(backend, model), facts) in rows.iter().zip(&facts) {
         let row = (backend, model);
@@ -202,14 +202,14 @@ pub fn bench(only: &[&str]) {
             ratio(facts, "gsam_step", "sam_step"),
             looksam / ms(row, "base_step"),
             ratio(facts, "friendly_sam_step", "sam_step"),
-            facts["gsam_step_device_reads"],
-            facts["looksam_step_device_reads"],
-            facts["friendly_sam_step_device_reads"],
+            facts["gsam_step_host_waits"],
+            facts["looksam_step_host_waits"],
+            facts["friendly_sam_step_host_waits"],
         );
     }
 
     println!("\nf16 parameters (real f16 arithmetic, f32 master weights in both):\n");
-    println!("| backend | model | unscaled f16 SAM | scaled f16 SAM | scaled_over_unscaled_f16 | device reads per scaled step |");
+    println!("| backend | model | unscaled f16 SAM | scaled f16 SAM | scaled_over_unscaled_f16 | host waits per scaled step |");
     println!("|---|---|---|---|---|---|");
     for (&(backend, model), facts) in rows.iter().zip(&facts) {
         if facts["paired_ms"].get("scaled_f16_sam_step").is_none() {
@@ -222,7 +222,7 @@ pub fn bench(only: &[&str]) {
         println!(
             "| {backend} | {model} | {unscaled:.2} ms | {scaled:.2} ms | {:.3} | {} |",
             ratio(facts, "scaled_f16_sam_step", "unscaled_f16_sam_step"),
-            facts["scaled_f16_sam_step_device_reads"]
+            facts["scaled_f16_sam_step_host_waits"]
         );
     }
 

@@ -126,6 +126,10 @@ impl<B: Backend> GradMap<B> for AddTo<'_> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read the values they check"
+)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::nn::{Linear, LinearConfig};

@@ -2,7 +2,7 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 use burn_sam::strategy::widen;
 use burn_sam::LossScaleHandle;
@@ -121,19 +121,14 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
     ) -> Result<GradientsParams, AccumError> {
         let loss = (self.loss)(module, &self.batches[index].data);
         if index == self.evaluated {
-            let weighted = widen(loss.clone().detach()).mul_scalar(self.weights[index]);
+            let term = widen(loss.clone().detach()).mul_scalar(self.weights[index]);
             self.first_losses = Some(match self.first_losses.take() {
-                Some(sum) => sum + weighted,
-                None => weighted,
+                Some(sum) => sum + term,
+                None => term,
             });
             self.evaluated += 1;
         }
-        let loss = scale.scale_loss(widen(loss));
-        let loss = if weight == 1.0 {
-            loss
-        } else {
-            loss.mul_scalar(weight)
-        };
+        let loss = weighted(scale.scale_loss(widen(loss)), weight);
         let grads = GradientsParams::from_grads(loss.backward(), module);
         if grads.is_empty() {
             return Err(AccumError::LossWithoutModule { index });
@@ -152,6 +147,19 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
         } else {
             sum.div_scalar(evaluated)
         })
+    }
+}
+
+/// `weight * loss`, the loss already scaled: each micro-batch's loss is weighted before its
+/// backward pass, on every path (here and in `train::scale_loss`), so that the direct path
+/// and the `Learner`'s compute one thing bitwise whatever the weights.
+pub(crate) fn weighted<B: Backend, const D: usize>(
+    loss: Tensor<B, D>,
+    weight: f64,
+) -> Tensor<B, D> {
+    match weight == 1.0 {
+        true => loss,
+        false => loss.mul_scalar(weight),
     }
 }
 

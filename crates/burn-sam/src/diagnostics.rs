@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{Backend, ExecutionError};
 use burn::tensor::{Tensor, TensorData};
 
 static DEVICE_READS: AtomicU64 = AtomicU64::new(0);
@@ -76,8 +76,26 @@ pub fn host_waits() -> u64 {
     device_reads() + device_syncs()
 }
 
-/// Reads `tensor` back to the host, counted by [`device_reads`].
-pub(crate) fn read_back<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
+/// Reads `tensor` back to the host, counted by [`device_reads`]. Every read of a device value
+/// in burn-sam and burn-sam-accum goes through here (the `disallowed-methods` rule in
+/// `crates/clippy.toml` keeps it so); reading a tensor of your own through it counts that
+/// read too.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::Tensor;
+/// use burn_sam::diagnostics;
+///
+/// let before = diagnostics::device_reads();
+/// let data = diagnostics::read_back(Tensor::<Flex, 1>::from_floats([2.0], &Default::default()));
+/// assert_eq!(data.to_vec::<f32>().unwrap(), [2.0]);
+/// assert_eq!(diagnostics::device_reads() - before, 1);
+/// ```
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the one counted read of a device value"
+)]
+pub fn read_back<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
     DEVICE_READS.fetch_add(1, Ordering::Relaxed);
     tensor.into_data()
 }
@@ -87,11 +105,10 @@ pub(crate) fn launched() {
     QUEUE_LAUNCHES.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Waits for `device` to run what was queued, counted by [`device_syncs`].
-pub(crate) fn sync<B: Backend>(device: &B::Device) {
+/// Waits for `device` to run what was queued, counted by [`device_syncs`]: every `B::sync` in
+/// burn-sam and burn-sam-accum goes through here (`crates/clippy.toml`).
+#[allow(clippy::disallowed_methods, reason = "the one counted device sync")]
+pub fn sync<B: Backend>(device: &B::Device) -> Result<(), ExecutionError> {
     DEVICE_SYNCS.fetch_add(1, Ordering::Relaxed);
-    if let Err(error) = B::sync(device) {
-        // The next read reports a failed device anyway; what was queued is complete.
-        log::warn!("device sync failed: {error:?}");
-    }
+    B::sync(device)
 }

@@ -224,6 +224,10 @@ fn cat_widened<B: Backend>(mut all: Vec<Tensor<B, 1>>) -> Tensor<B, 1> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read the values they check"
+)]
 mod tests {
     use burn::backend::Flex;
 

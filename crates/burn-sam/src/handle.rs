@@ -201,6 +201,10 @@ mod in_flight {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read the values they check"
+)]
 mod tests {
     use super::*;
 

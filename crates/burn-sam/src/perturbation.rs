@@ -139,6 +139,10 @@ where
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read the values they check"
+)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::nn::{Linear, LinearConfig};

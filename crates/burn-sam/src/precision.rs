@@ -393,7 +393,10 @@ fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
                         B::InnerBackend::name(&device)
                     )
                 });
-                sync::<B>(&device)
+                if let Err(error) = sync::<B>(&device) {
+                    // The next read reports a failed device anyway; what was queued is done.
+                    log::warn!("device sync failed: {error:?}");
+                }
             }
         }
     }

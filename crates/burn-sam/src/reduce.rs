@@ -67,6 +67,10 @@ pub(crate) fn sum_all<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, 
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read the values they check"
+)]
 mod tests {
     use burn::backend::Flex;
 

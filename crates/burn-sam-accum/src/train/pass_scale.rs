@@ -1,6 +1,7 @@
-//! How a `TrainStep` scales its loss: Burn calls it with the batch alone, so the scale of the
-//! pass a strategy runs reaches it through this thread (each replica's worker thread sets its
-//! own). The strategy hands the same scale over to the optimizer with the gradients.
+//! How a `TrainStep` scales and weights its loss: Burn calls it with the batch alone, so the
+//! loss scale of the pass a strategy runs, and the micro-batch's weight in its window, reach
+//! it through this thread (each replica's worker thread sets its own). The strategy hands the
+//! same scale over to the optimizer with the gradients.
 
 use std::cell::RefCell;
 
@@ -8,21 +9,32 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use burn_sam::strategy::widen;
 
-/// The loss scale of the pass running on this thread, and whether the `TrainStep` used it.
-struct PassScale {
-    scale: f32,
+use crate::window::weighted;
+
+/// The micro-batch running on this thread: its pass's loss scale, its weight in the window,
+/// and whether the `TrainStep` applied them.
+struct Pass {
+    scale: Option<f32>,
+    weight: f64,
     used: bool,
 }
 
 thread_local! {
-    static PASS_SCALE: RefCell<Option<PassScale>> = const { RefCell::new(None) };
+    static PASS: RefCell<Option<Pass>> = const { RefCell::new(None) };
 }
 
-/// `loss` times the loss scale of the pass [`SamTraining`](super::SamTraining) is running, in
-/// f32: call `backward` on this in your `TrainStep`. Returns `loss` unchanged without loss
-/// scaling and outside [`SamTraining`](super::SamTraining), so the same `TrainStep` serves
-/// f32 and f16 training, on one device or several. Keep the unscaled loss in the step's
-/// output, for the metrics.
+/// `loss` times the loss scale of the pass [`SamTraining`](super::SamTraining) is running and
+/// times the micro-batch's share of its window, in f32 (f64 stays f64): call `backward` on
+/// this in your `TrainStep`. It is what the direct path
+/// ([`Accumulation`](crate::Accumulation)) back-propagates, in the same order of operations,
+/// so the two compute one thing bitwise, and in f16 what flows back is no larger than the
+/// window's mean gradient. Returns `loss` unchanged outside
+/// [`SamTraining`](super::SamTraining), so the same `TrainStep` serves f32 and f16 training,
+/// on one device or several. Keep the unscaled loss in the step's output, for the metrics.
+///
+/// Without loss scaling a `TrainStep` may leave it out: its gradient is then weighted after
+/// `backward`, which equals the direct path bitwise only for power-of-two weights (windows
+/// of 1, 2, 4, ...).
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
@@ -31,36 +43,51 @@ thread_local! {
 ///
 /// let loss = Tensor::<Autodiff<Flex>, 1>::from_floats([0.5], &Default::default());
 /// // Outside a training strategy's pass: unchanged.
-/// assert_eq!(scale_loss(loss).into_scalar(), 0.5);
+/// let loss = scale_loss(loss);
+/// assert_eq!(loss.into_scalar(), 0.5);
 /// ```
 pub fn scale_loss<B: Backend, const D: usize>(loss: Tensor<B, D>) -> Tensor<B, D> {
-    let scale = PASS_SCALE.with_borrow_mut(|pass| {
+    let pass = PASS.with_borrow_mut(|pass| {
         let pass = pass.as_mut()?;
         pass.used = true;
-        Some(pass.scale)
+        Some((pass.scale, pass.weight))
     });
-    match scale {
-        Some(scale) => widen(loss).mul_scalar(scale),
+    let Some((scale, weight)) = pass else {
+        return loss;
+    };
+    let loss = widen(loss);
+    let loss = match scale {
+        Some(scale) => loss.mul_scalar(scale),
         None => loss,
-    }
+    };
+    weighted(loss, weight)
 }
 
-/// Runs `step` on this thread with its loss scaled by `loss_scale` (`None`: unscaled).
+/// Runs `step` on this thread with its loss scaled by `loss_scale` (`None`: unscaled) and
+/// weighted by `weight`; also says whether `step` called [`scale_loss`], which weighted its
+/// loss (otherwise the caller weights its gradient).
 ///
 /// # Panics
 /// When `loss_scale` is set and `step` did not call [`scale_loss`]: its gradients would be
 /// taken as scaled and vanish.
-pub(super) fn with_pass_scale<T>(loss_scale: Option<f32>, step: impl FnOnce() -> T) -> T {
-    let Some(scale) = loss_scale else {
-        return step();
-    };
-    PASS_SCALE.set(Some(PassScale { scale, used: false }));
+pub(super) fn with_pass<T>(
+    loss_scale: Option<f32>,
+    weight: f64,
+    step: impl FnOnce() -> T,
+) -> (T, bool) {
+    PASS.set(Some(Pass {
+        scale: loss_scale,
+        weight,
+        used: false,
+    }));
     let output = step();
-    let used = PASS_SCALE.take().is_some_and(|pass| pass.used);
-    assert!(
-        used,
-        "loss scaling is on (scale {scale}) but the TrainStep did not call \
-         burn_sam_accum::train::scale_loss on the loss it back-propagates"
-    );
-    output
+    let used = PASS.take().is_some_and(|pass| pass.used);
+    if let Some(scale) = loss_scale {
+        assert!(
+            used,
+            "loss scaling is on (scale {scale}) but the TrainStep did not call \
+             burn_sam_accum::train::scale_loss on the loss it back-propagates"
+        );
+    }
+    (output, used)
 }

@@ -13,9 +13,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, Tensor};
 use burn::train::{TrainOutput, TrainStep};
 use burn_sam::strategy::{map_grads, perturb, transfers_through_host, GradMap, ParamGrad};
-use burn_sam::SamConfig;
+use burn_sam::{diagnostics, SamConfig};
 
-use super::pass_scale::with_pass_scale;
+use super::pass_scale::with_pass;
 use super::peers::Peers;
 use super::scatter::exchange;
 use super::transfer::{fork_to, grads_to};
@@ -169,8 +169,6 @@ impl<B: AutodiffBackend> Replicas<B> {
             .filter(|(_, inputs)| !inputs.is_empty())
             .map(|(index, inputs)| (index, self.send_model(index, model.clone()), inputs))
             .collect();
-        // And the weights they start from exist before any worker reads them.
-        B::sync(self.main()).unwrap_or_else(|error| panic!("{error:?}"));
         let pass = |(index, replica, inputs): (usize, M, Vec<M::Input>)| {
             let pass = replica_pass(replica, inputs, &weights[index], loss_scale, local);
             (index, pass)
@@ -179,6 +177,9 @@ impl<B: AutodiffBackend> Replicas<B> {
         let passes: Vec<_> = match threads {
             false => jobs.into_iter().map(pass).collect(),
             true => std::thread::scope(|scope| {
+                // The weights the workers start from exist before any of them reads them: a
+                // queue of this thread's is not another thread's (one host wait per pass).
+                diagnostics::sync::<B>(self.main()).unwrap_or_else(|error| panic!("{error:?}"));
                 let workers: Vec<_> = jobs
                     .into_iter()
                     .map(|job| {
@@ -299,7 +300,7 @@ where
     (grads, moved.module, outputs)
 }
 
-/// `sum_i weights[i] grad L(inputs[i])` at `model` ([`WeightedSum`]).
+/// `sum_i grad (weights[i] L(inputs[i]))` at `model` ([`WeightedSum`]).
 fn weighted_gradient<B, M>(
     model: &M,
     inputs: Vec<M::Input>,
@@ -313,10 +314,14 @@ where
 {
     let mut sum = WeightedSum::default();
     for (input, &weight) in inputs.into_iter().zip(weights) {
-        let TrainOutput { grads, item } = with_pass_scale(loss_scale, || model.step(input));
+        let (TrainOutput { grads, item }, weighted) =
+            with_pass(loss_scale, weight, || model.step(input));
         if let Some(outputs) = outputs.as_mut() {
             outputs.push(item);
         }
+        // Weighted in its loss by `scale_loss`, as the direct path does; a `TrainStep`
+        // without it (and without loss scaling) is weighted here, after `backward`.
+        let weight = if weighted { 1.0 } else { weight };
         sum.add(model, grads, weight)
             .unwrap_or_else(|error| panic!("{error}"));
     }

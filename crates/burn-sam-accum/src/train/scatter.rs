@@ -16,6 +16,7 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Device, Tensor, TensorData};
+use burn_sam::diagnostics;
 
 use super::peers::{Peers, Reader, Writer};
 use super::wire::{grads_from_host, grads_to_host, read_data, write_data};
@@ -192,7 +193,7 @@ fn write_sum<B: AutodiffBackend>(
     writer.u8(sum.as_came as u8);
     for piece in pieces {
         let grad = sum.grads.get::<B::InnerBackend, 1>(params[piece.param].id);
-        let data = grad.map(Tensor::into_data);
+        let data = grad.map(diagnostics::read_back);
         write_piece(&mut writer, data.as_ref(), &(0..piece.elements.len()));
     }
     writer.0

@@ -6,6 +6,7 @@ use burn::module::{AutodiffModule, ModuleMapper, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, Tensor};
+use burn_sam::diagnostics;
 use burn_sam::strategy::{map_grads, transfers_through_host, GradMap, ParamGrad};
 
 fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B>) -> Tensor<B, D> {
@@ -13,7 +14,7 @@ fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B
         return tensor.to_device(device);
     }
     let dtype = tensor.dtype();
-    Tensor::from_data(tensor.into_data(), (device, dtype))
+    Tensor::from_data(diagnostics::read_back(tensor), (device, dtype))
 }
 
 /// The module on `device` with a fresh autodiff graph (`Module::fork`).

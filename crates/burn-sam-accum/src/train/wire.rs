@@ -6,6 +6,7 @@ use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn_sam::diagnostics;
 
 use super::peers::{Reader, Writer};
 
@@ -37,7 +38,7 @@ pub(super) fn grads_to_host<B: AutodiffBackend, M: AutodiffModule<B>>(
     impl<B: AutodiffBackend> ModuleVisitor<B> for Read<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             let grad = self.0.remove::<B::InnerBackend, D>(param.id);
-            self.1.push(grad.map(Tensor::into_data));
+            self.1.push(grad.map(diagnostics::read_back));
         }
     }
     let mut read = Read(&mut grads, Vec::new());
@@ -81,7 +82,7 @@ pub(super) fn write_weights<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M)
     struct Write(Writer);
     impl<B: AutodiffBackend> ModuleVisitor<B> for Write {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let data = param.val().into_data();
+            let data = diagnostics::read_back(param.val());
             write_data(&mut self.0, data.dtype, data.as_bytes());
         }
     }

@@ -69,6 +69,10 @@ fn lerp<B: Backend, const D: usize>(
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read the values they check"
+)]
 mod tests {
     use burn::backend::Flex;
 
