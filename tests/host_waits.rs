@@ -1,7 +1,8 @@
 //! Host waits per step (`burn_sam::diagnostics`) on Flex, a CPU backend where a read waits
 //! for nothing (`quirks::reads_are_free`): one device read per pass (its gradient norm), one
 //! per micro-batch's ascent under m-sharpness, and no sync (a step ends its queue only on a
-//! fused backend, which queues operations), down to Burn's `Learner`. Where a read stalls a queue (GPU backends), the ascent's norm stays on the
+//! fused backend, which queues operations), down to Burn's `Learner`, where replicas in worker
+//! threads add one sync per pass. Where a read stalls a queue (GPU backends), the ascent's norm stays on the
 //! device and every step reads once: `tests/vulkan_fused_launches.rs` holds that. One test in
 //! its own binary, so that no other test waits in between.
 #![cfg(feature = "flex")]
@@ -123,13 +124,26 @@ fn one_read_per_pass_and_no_sync() {
         (SamConfig::new(), 12),
         (variant(SamVariant::momentum_sam()), 6),
     ] {
-        let n = waits(|| learner_epoch(config.init(momentum.init())));
+        let n = waits(|| learner_epoch(config.init(momentum.init()), None));
         assert_eq!(n, (reads, 0), "SamTraining, {:?}", config.variant);
+    }
+    // Data-parallel over two replicas in their own threads: 3 steps of a batch per replica,
+    // and one sync per pass before the workers read the model. Synced: a read per pass (its
+    // combined norm); Local: each replica reads its own ascent's norm, then the descent one.
+    for (ascent, reads, syncs) in [(Ascent::Synced, 6, 6), (Ascent::Local, 9, 3)] {
+        let sam = SamConfig::new().init(momentum.init());
+        let n = waits(|| learner_epoch(sam, Some(ascent)));
+        assert_eq!(
+            n,
+            (reads, syncs),
+            "SamTraining over two replicas, {ascent:?}"
+        );
     }
 }
 
-/// One `Learner` epoch of 6 batches of 20 under `SamTraining`.
-fn learner_epoch(optim: Sam<SgdOptim>) {
+/// One `Learner` epoch of 6 batches of 20 under `SamTraining`, on one device or, with an
+/// `ascent`, data-parallel over two replicas.
+fn learner_epoch(optim: Sam<SgdOptim>, ascent: Option<Ascent>) {
     use burn::data::dataloader::DataLoaderBuilder;
     use burn::data::dataset::InMemDataset;
     use burn::train::metric::LossMetric;
@@ -144,7 +158,12 @@ fn learner_epoch(optim: Sam<SgdOptim>) {
     let valid = DataLoaderBuilder::new(ClassBatcher)
         .batch_size(60)
         .build(InMemDataset::new(blobs(60, 99, 2, 3)));
-    let strategy = SamTraining::new(Default::default(), &optim);
+    let strategy = match ascent {
+        None => SamTraining::new(Default::default(), &optim),
+        Some(ascent) => {
+            SamTraining::data_parallel(vec![Default::default(); 2], &optim, ascent).expect("SAM")
+        }
+    };
     let dir = std::env::temp_dir().join(format!("burn-sam-waits-{}", std::process::id()));
     SupervisedTraining::new(&dir, train, valid)
         .metrics((LossMetric::new(),))

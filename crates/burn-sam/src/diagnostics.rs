@@ -29,7 +29,9 @@ pub fn closing_sync() -> bool {
 /// reads once on a GPU backend (both passes' gradient norms, which decide whether it is
 /// applied) and once per pass on a CPU backend (Flex, NdArray), where a read waits for
 /// nothing; a `LossScaled` step once; records read the master weights and the variants'
-/// state. Reads made by your own code are not counted.
+/// state; data-parallel training reads each tensor it moves between devices through the host
+/// (lavapipe) and each gradient tensor it exchanges across MPI ranks. Reads made by your own
+/// code are not counted, unless they go through [`read_back`].
 pub fn device_reads() -> u64 {
     DEVICE_READS.load(Ordering::Relaxed)
 }
@@ -37,7 +39,9 @@ pub fn device_reads() -> u64 {
 /// How many times burn-sam has waited for a device to finish what was queued (`B::sync`) in
 /// this process: once at the end of every step that updated the weights on a fused backend
 /// (Burn's `fusion`), except where burn-sam's features name it and it launches the queue
-/// instead ([`queue_launches`]); never on the others, which have no queue.
+/// instead ([`queue_launches`]); never on the others, which have no queue. Data-parallel
+/// training also syncs once per pass before its replicas' worker threads read the model
+/// (on every backend that runs them in threads: never with one replica).
 pub fn device_syncs() -> u64 {
     DEVICE_SYNCS.load(Ordering::Relaxed)
 }
