@@ -5,10 +5,13 @@
 //! the renderer, validation, checkpoints and early stopping work as with Burn's default
 //! strategy. Per optimizer step it:
 //! - advances the LR scheduler once (Burn's loop advances it once per batch);
-//! - runs the user's `TrainStep` on each micro-batch of the window (1 by default) and weights
-//!   its gradient by its share of the window (items, or equal), summed in f32: the gradient of
-//!   the union, where Burn's `grads_accumulation` sums; the last, partial window of an epoch
-//!   steps with what it holds, where Burn's drops it;
+//! - runs the user's `TrainStep` on each micro-batch of the window (1 by default), whose
+//!   [`scale_loss`] weights its loss by its share of the window (items, or equal) before the
+//!   backward pass, as [`Accumulation`](crate::Accumulation) does, and sums the gradients in
+//!   f32: the gradient of the union, bitwise the direct window's, where Burn's
+//!   `grads_accumulation` sums; the last, partial window of an epoch steps with what it
+//!   holds, where Burn's drops it. (A `TrainStep` without `scale_loss`, allowed without loss
+//!   scaling, has its gradient weighted after `backward`: the same up to rounding.)
 //! - does that once per pass the optimizer's next step takes, as its
 //!   [`StepLink`] says: twice for [`Sam`](burn_sam::Sam) (ascent
 //!   at `w`, descent at `w + e`), once on LookSAM's steps between its full ones and for other
@@ -19,7 +22,11 @@
 //! backend, the optimizer on the first (main) device. The data loader is split into N
 //! contiguous parts; each step every replica runs the `TrainStep` on a window from its part,
 //! in its own thread, and the gradients are combined on the main device as the item-weighted
-//! mean over all replicas' batches (Burn's multi-device loop sums them). [`Ascent`] says where
+//! mean over all replicas' batches (Burn's multi-device loop sums them), each batch's loss
+//! weighted before its backward pass as on one device. With one batch per replica and step
+//! that is bitwise the single-device window of the same batches; with more, each replica sums
+//! its own batches first, so the sum is added in another order (2.9e-8 apart, relative, after
+//! three steps of windows of 2 on 2 replicas). [`Ascent`] says where
 //! SAM's ascent happens: once, from the combined gradient ([`Ascent::Synced`]: SAM on the
 //! global batch), or on each replica from its own gradient ([`Ascent::Local`]: m-sharpness, no
 //! exchange before the descent). [`Traffic`] counts the bytes moved between devices.
