@@ -127,21 +127,26 @@ fn artifacts_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("burn-sam-learner-{}-{name}", std::process::id()))
 }
 
-type Components<LR, O> = LearningComponentsMarker<B, LR, Model, O>;
+type Components<LR, O, M = Model> = LearningComponentsMarker<B, LR, M, O>;
 
 /// Trains `learner` for `epochs` with Burn's file checkpointer (every epoch kept) and returns
 /// the model; `strategy` replaces Burn's default one, `resume` continues from a checkpoint.
-fn run<LR, O>(
+fn run<LR, O, M>(
     dir: &Path,
     loader: Arc<dyn DataLoader<B, ClassBatch<B>>>,
     epochs: usize,
-    learner: Learner<Components<LR, O>>,
-    strategy: Option<SamTraining<Components<LR, O>>>,
+    learner: Learner<Components<LR, O, M>>,
+    strategy: Option<SamTraining<Components<LR, O, M>>>,
     resume: Option<usize>,
-) -> Classifier<Flex>
+) -> M::InnerModule
 where
     LR: LrScheduler + 'static,
-    O: WindowOptimizer<Model, B> + 'static,
+    M: TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
+        + AutodiffModule<B>
+        + std::fmt::Display
+        + 'static,
+    M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
+    O: WindowOptimizer<M, B> + 'static,
 {
     let mut training = SupervisedTraining::new(dir, loader, valid_loader())
         .metrics((AccuracyMetric::new(), LossMetric::new()))

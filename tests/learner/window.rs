@@ -1,21 +1,21 @@
 //! The Learner's window is the direct window: `SamTraining` with accumulation computes what
 //! `Accumulation` computes over the same micro-batches, bitwise, because both weight each
 //! micro-batch's loss before its backward pass (the `TrainStep` through `scale_loss`). Windows
-//! of 3 (weights 1/3, which round differently from 1/4), weighted by item counts, with the
-//! partial last window of an epoch, in f32 and loss-scaled f16, for SAM, Momentum-SAM and
-//! `LossScaled`; and an overflowing loss scale backs off on the same steps on both paths.
+//! of 3 (weights 1/3, which round differently from 1/4) and 4, weighted by item counts, with
+//! the partial last window of an epoch, in f32 and loss-scaled f16, for SAM, Momentum-SAM and
+//! `LossScaled`, on the MLP and on a model with BatchNorm; and an overflowing loss scale backs
+//! off on the same steps on both paths. (With dropout both paths draw their masks from the
+//! backend's one generator, which other tests in the process draw from too: not compared.)
 
-use burn_sam::LossScaleHandle;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn_sam::{LossScaleHandle, LossScaled};
 use burn_sam_accum::{AccumulationConfig, MicroBatch};
 
 use super::*;
 
-/// 120 examples in batches of 16 are 8 micro-batches, 7 of 16 and one of 8: windows of 3 are
-/// 3, 3 and a partial 2 (16 and 8 rows, so item weights 2/3 and 1/3).
-const WINDOW: usize = 3;
-
-/// What a path ends with: the weights `w` (for Momentum-SAM, not its look-ahead) and the loss
-/// scale with its overflow count.
+/// What a path ends with: the weights `w` (for Momentum-SAM, not its look-ahead; BatchNorm's
+/// running statistics among them) and the loss scale with its overflow count.
 #[derive(Debug, PartialEq)]
 struct End {
     weights: Vec<f32>,
@@ -26,28 +26,46 @@ fn scale_of(handle: &LossScaleHandle) -> (f32, u64) {
     (handle.get(), handle.overflows())
 }
 
-/// `epochs` of `optim` from `model` under `SamTraining` with windows of 3 (weighted by items
-/// with `items`) on the unshuffled batches, and the same windows through `Accumulation`.
-fn both_paths<O>(
+/// A model both paths train: the direct path's loss is the `TrainStep`'s.
+trait Classify: AutodiffModule<B> {
+    fn mean_loss(&self, batch: &ClassBatch<B>) -> Tensor<B, 1>;
+}
+
+impl Classify for Model {
+    fn mean_loss(&self, batch: &ClassBatch<B>) -> Tensor<B, 1> {
+        self.loss(batch)
+    }
+}
+
+/// `epochs` of `optim` from `model()` under `SamTraining` with windows of `window` (weighted by
+/// items with `items`) on the unshuffled batches of 16, and the same windows through
+/// `Accumulation`. 120 examples are 8 micro-batches, 7 of 16 and one of 8: windows of 3 are
+/// 3, 3 and a partial 2 (16 and 8 rows, item weights 2/3 and 1/3).
+fn both_paths<M, O>(
     name: &str,
-    model: &Model,
+    model: impl Fn() -> M,
     optim: impl Fn() -> O,
-    items: bool,
+    (window, items): (usize, bool),
     epochs: usize,
 ) -> (End, End)
 where
-    O: WindowOptimizer<Model, B> + 'static,
+    M: Classify
+        + TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
+        + std::fmt::Display
+        + 'static,
+    M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
+    O: WindowOptimizer<M, B> + 'static,
 {
     let learner_optim = optim();
     let handle = learner_optim.loss_scale_handle();
     let strategy = SamTraining::new(Default::default(), &learner_optim)
-        .with_accumulation(WINDOW)
+        .with_accumulation(window)
         .unwrap();
     let strategy = match items {
         true => strategy.with_items(ClassBatch::len),
         false => strategy,
     };
-    let learner = Learner::new(model.clone(), learner_optim, 0.05);
+    let learner = Learner::new(model(), learner_optim, 0.05);
     let trained = run(
         &artifacts(name),
         train_loader(16, None),
@@ -61,8 +79,8 @@ where
         loss_scale: scale_of(&handle),
     };
 
-    let mut accumulation = AccumulationConfig::new(WINDOW).init(optim());
-    let mut module = model.clone();
+    let mut accumulation = AccumulationConfig::new(window).init(optim());
+    let mut module = model();
     for _ in 0..epochs {
         let loader = train_loader(16, None);
         let batches: Vec<_> = loader
@@ -77,7 +95,7 @@ where
             .collect();
         for window in accumulation.windows(batches) {
             let step = accumulation
-                .step(0.05, module, &window, |m: &Model, batch| m.loss(batch))
+                .step(0.05, module, &window, |m: &M, batch| m.mean_loss(batch))
                 .unwrap();
             module = step.module;
         }
@@ -90,42 +108,53 @@ where
     (learner, direct)
 }
 
+type Sgd<M> = OptimizerAdaptor<burn::optim::Sgd<Flex>, M, B>;
+
+fn sgd_for<M: AutodiffModule<B>>() -> Sgd<M> {
+    SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
+        .init()
+}
+
 fn scaling(init: f64) -> Option<LossScalerConfig> {
     Some(LossScalerConfig::new().with_init_scale(init))
 }
 
-fn sam(scaling: Option<LossScalerConfig>) -> Sam<SgdOptim> {
+fn sam<M: AutodiffModule<B>>(scaling: Option<LossScalerConfig>) -> Sam<Sgd<M>> {
     SamConfig::new()
         .with_rho(0.05)
         .with_loss_scaling(scaling)
-        .init(sgd())
+        .init(sgd_for())
 }
 
-fn momentum_sam(scaling: Option<LossScalerConfig>) -> Sam<SgdOptim> {
+fn momentum_sam<M: AutodiffModule<B>>(scaling: Option<LossScalerConfig>) -> Sam<Sgd<M>> {
     SamConfig::new()
         .with_rho(1.0)
         .with_variant(SamVariant::MomentumSam { mu: 0.9 })
         .with_loss_scaling(scaling)
-        .init(sgd())
+        .init(sgd_for())
 }
 
-fn loss_scaled(init: f64) -> burn_sam::LossScaled<SgdOptim> {
-    LossScaledConfig::new(LossScalerConfig::new().with_init_scale(init)).init(sgd())
+fn loss_scaled<M: AutodiffModule<B>>(init: f64) -> LossScaled<Sgd<M>> {
+    LossScaledConfig::new(LossScalerConfig::new().with_init_scale(init)).init(sgd_for())
 }
 
-/// Every case on one model in one float type: SAM, Momentum-SAM and `LossScaled`, windows of 3
-/// with equal and with item weights. `scaled` puts loss scaling on SAM's two variants too.
+/// Windows of 3 and 4, with equal and with item weights.
+const WINDOWS: [(usize, bool); 4] = [(3, false), (3, true), (4, false), (4, true)];
+
+/// Every case on one MLP in one float type: SAM, Momentum-SAM and `LossScaled`, every window of
+/// [`WINDOWS`]. `scaled` puts loss scaling on SAM's two variants too.
 fn every_case(dtype: &str, model: Model, scaled: bool) {
     let scaling = || scaling(1024.0).filter(|_| scaled);
-    for items in [false, true] {
-        let case = |what: &str| format!("{what}-{dtype}-items-{items}");
-        let (learner, direct) = both_paths(&case("sam"), &model, || sam(scaling()), items, 1);
+    for setup in WINDOWS {
+        let case = |what: &str| format!("{what}-{dtype}-{setup:?}");
+        let copy = || model.clone();
+        let (learner, direct) = both_paths(&case("sam"), copy, || sam(scaling()), setup, 1);
         assert_eq!(learner, direct, "{}", case("SAM"));
         let (learner, direct) =
-            both_paths(&case("msam"), &model, || momentum_sam(scaling()), items, 1);
+            both_paths(&case("msam"), copy, || momentum_sam(scaling()), setup, 1);
         assert_eq!(learner, direct, "{}", case("Momentum-SAM"));
-        let (learner, direct) =
-            both_paths(&case("scaled"), &model, || loss_scaled(1024.0), items, 1);
+        let (learner, direct) = both_paths(&case("scaled"), copy, || loss_scaled(1024.0), setup, 1);
         assert_eq!(learner, direct, "{}", case("LossScaled"));
         // Training moved the weights: the paths agree on something.
         assert_ne!(
@@ -138,12 +167,12 @@ fn every_case(dtype: &str, model: Model, scaled: bool) {
 }
 
 #[test]
-fn windows_of_three_equal_the_direct_path_in_f32() {
+fn windows_equal_the_direct_path_in_f32() {
     every_case("f32", model(), false);
 }
 
 #[test]
-fn windows_of_three_equal_the_direct_path_in_loss_scaled_f16() {
+fn windows_equal_the_direct_path_in_loss_scaled_f16() {
     every_case("f16", cast_params(model(), FloatDType::F16), true);
 }
 
@@ -154,14 +183,15 @@ fn an_overflowing_loss_scale_backs_off_on_the_same_steps() {
     // and end at the same scale and weights.
     const INIT: f64 = 1_048_576.0;
     let model = cast_params(model(), FloatDType::F16);
+    let copy = || model.clone();
     let runs = [
         (
             "SAM",
-            both_paths("overflow-sam", &model, || sam(scaling(INIT)), true, 2),
+            both_paths("overflow-sam", copy, || sam(scaling(INIT)), (3, true), 2),
         ),
         (
             "LossScaled",
-            both_paths("overflow-scaled", &model, || loss_scaled(INIT), true, 2),
+            both_paths("overflow-scaled", copy, || loss_scaled(INIT), (3, true), 2),
         ),
     ];
     for (what, (learner, direct)) in runs {
@@ -176,5 +206,82 @@ fn an_overflowing_loss_scale_backs_off_on_the_same_steps() {
             weights(&model.valid()),
             "{what}: no step applied"
         );
+    }
+}
+
+/// The blobs' classifier with BatchNorm after its hidden layer: running statistics, state that
+/// each training forward pass updates, beside the weights.
+#[derive(Module, Debug)]
+struct NormClassifier<B: Backend> {
+    input: Linear<B>,
+    norm: BatchNorm<B>,
+    output: Linear<B>,
+}
+
+impl<B: Backend> NormClassifier<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            input: LinearConfig::new(FEATURES, 16).init(device),
+            norm: BatchNormConfig::new(16).init(device),
+            output: LinearConfig::new(16, CLASSES).init(device),
+        }
+    }
+
+    /// Logits in f32 and the mean cross-entropy, as `Classifier` computes them.
+    fn forward_classification(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
+        let dtype = self.input.weight.val().dtype();
+        let hidden = self.input.forward(batch.inputs.cast(dtype));
+        let hidden = self.norm.forward(hidden).tanh();
+        let logits = self.output.forward(hidden).cast(FloatDType::F32);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.clone(), batch.targets.clone());
+        ClassificationOutput::new(loss, logits, batch.targets)
+    }
+}
+
+impl Classify for NormClassifier<B> {
+    fn mean_loss(&self, batch: &ClassBatch<B>) -> Tensor<B, 1> {
+        self.forward_classification(batch.clone()).loss
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for NormClassifier<B> {
+    type Input = ClassBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let item = self.forward_classification(batch);
+        let grads = burn_sam_accum::train::scale_loss(item.loss.clone()).backward();
+        TrainOutput::new(self, grads, item)
+    }
+}
+
+impl<B: Backend> InferenceStep for NormClassifier<B> {
+    type Input = ClassBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
+        self.forward_classification(batch)
+    }
+}
+
+#[test]
+fn windows_with_batch_norm_equal_the_direct_path() {
+    let device = Default::default();
+    let initial = NormClassifier::<B>::new(&device);
+    initial.valid();
+    // Clones share BatchNorm's running statistics: each path gets a model of its own.
+    let copy = || NormClassifier::new(&device).load_record(initial.clone().into_record());
+    for dtype in [FloatDType::F32, FloatDType::F16] {
+        let model = || cast_params(copy(), dtype);
+        let scaled = dtype == FloatDType::F16;
+        for setup in [(3, false), (3, true)] {
+            let case = format!("batch-norm-{dtype:?}-{setup:?}");
+            let scaling = scaling(1024.0).filter(|_| scaled);
+            let (learner, direct) = both_paths(&case, model, || sam(scaling.clone()), setup, 1);
+            assert_eq!(learner, direct, "SAM, {case}");
+            assert_ne!(learner.weights, weights(&model().valid()), "{case}: moved");
+        }
     }
 }
