@@ -855,10 +855,11 @@ fn a_strategy_built_from_another_optimizer_stops_at_its_first_step() {
     }
 }
 
-/// A Learner checkpoint resumed with another SAM variant stops before any step, naming the
-/// checkpoint's epoch, what it holds and what the optimizer is.
+/// A Learner checkpoint resumed with another SAM variant and other loss scaling stops before
+/// any step, naming the checkpoint's epoch, what it holds, what the optimizer is and both
+/// mismatches, each with its fix.
 #[test]
-fn a_checkpoint_resumed_with_another_variant_stops_naming_its_epoch() {
+fn a_checkpoint_resumed_with_another_variant_stops_naming_its_epoch_and_every_mismatch() {
     let model = model();
     let dir = artifacts_path("resume-other-variant");
     let config = SamConfig::new().with_rho(0.05);
@@ -872,7 +873,11 @@ fn a_checkpoint_resumed_with_another_variant_stops_naming_its_epoch() {
         "SamTraining labels its checkpoints with their epoch"
     );
 
-    let look = config.with_variant(SamVariant::look_sam()).init(sgd());
+    // Two mismatches: both are named, each with its fix, in one refusal.
+    let look = config
+        .with_variant(SamVariant::look_sam())
+        .with_loss_scaling(Some(LossScalerConfig::new()))
+        .init(sgd());
     let strategy = SamTraining::new(Default::default(), &look);
     let learner = Learner::new(model, look, 0.05);
     let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -891,6 +896,8 @@ fn a_checkpoint_resumed_with_another_variant_stops_naming_its_epoch() {
         "(the Learner checkpoint of epoch 2)",
         "Friendly-SAM state",
         "the optimizer is LookSAM",
+        "2 mismatches: (1) resume with `loss_scaling` as when it was saved (no loss scaling)",
+        "(2) LookSAM's state cannot continue Friendly-SAM's",
     ] {
         assert!(message.contains(words), "{words:?} not in {message}");
     }

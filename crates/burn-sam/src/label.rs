@@ -185,19 +185,13 @@ pub(crate) fn check_resume(
     let Some(holds) = Holds::read(label, variant, mixed_precision) else {
         return Err(unlabelled_state(optimizer));
     };
-    let refuse = |fix: String| {
-        Err(SamError::RecordMismatch {
-            epoch: holds.epoch,
-            record: holds.describe(),
-            optimizer: optimizer.clone(),
-            fix,
-        })
-    };
+    // Every mismatch at once, each with its fix: one rerun, not one per mismatch.
+    let mut fixes = Vec::new();
     if holds.format > RECORD_FORMAT {
-        return refuse("it was written by a newer burn-sam: resume with that version".into());
+        fixes.push("it was written by a newer burn-sam: resume with that version".to_string());
     }
     if holds.loss_scaling != own.loss_scaling {
-        return refuse(format!(
+        fixes.push(format!(
             "resume with `loss_scaling` as when it was saved ({}); to change it, start a \
              fresh optimizer",
             scaling(holds.loss_scaling)
@@ -207,22 +201,43 @@ pub(crate) fn check_resume(
         .master_weights
         .is_some_and(|masters| masters != own.master_weights)
     {
-        return refuse(
+        fixes.push(
             "resume with `master_weights` as when it was saved; to change it, start a fresh \
              optimizer"
-                .into(),
+                .to_string(),
         );
     }
-    match holds.variant.as_deref() {
-        None if label.is_some_and(|label| label.variant == own.variant) => Ok(Resume::Exactly),
-        None => Ok(Resume::FreshVariantState),
-        Some(variant) if variant == own.variant => Ok(Resume::Exactly),
-        Some(variant) => refuse(format!(
-            "{}'s state cannot continue {variant}'s: resume with the configuration that saved \
-             it (`SamVariant` {variant}), or start {} from a fresh optimizer",
-            own.variant, own.variant
-        )),
-    }
+    let resume = match holds.variant.as_deref() {
+        None if label.is_some_and(|label| label.variant == own.variant) => Resume::Exactly,
+        None => Resume::FreshVariantState,
+        Some(variant) if variant == own.variant => Resume::Exactly,
+        Some(variant) => {
+            fixes.push(format!(
+                "{}'s state cannot continue {variant}'s: resume with the configuration that \
+                 saved it (`SamVariant` {variant}), or start {} from a fresh optimizer",
+                own.variant, own.variant
+            ));
+            Resume::Exactly
+        }
+    };
+    let fix = match fixes.len() {
+        0 => return Ok(resume),
+        1 => fixes.remove(0),
+        count => {
+            let listed: Vec<String> = fixes
+                .iter()
+                .enumerate()
+                .map(|(index, fix)| format!("({}) {fix}", index + 1))
+                .collect();
+            format!("{count} mismatches: {}", listed.join("; "))
+        }
+    };
+    Err(SamError::RecordMismatch {
+        epoch: holds.epoch,
+        record: holds.describe(),
+        optimizer,
+        fix,
+    })
 }
 
 #[cfg(test)]
@@ -294,6 +309,29 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("`master_weights`"));
+    }
+
+    #[test]
+    fn a_refusal_names_every_mismatch_at_once() {
+        let msam = config(SamVariant::momentum_sam());
+        let label = SamRecordLabel {
+            format: RECORD_FORMAT + 1,
+            ..SamRecordLabel::of(&msam)
+        };
+        let look = config(SamVariant::look_sam())
+            .with_loss_scaling(Some(LossScalerConfig::new()))
+            .with_master_weights(false);
+        let refused = check_resume(&look, Some(&label), &with_state(1.0), &unscaled())
+            .unwrap_err()
+            .to_string();
+        for words in [
+            "4 mismatches: (1) it was written by a newer burn-sam",
+            "(2) resume with `loss_scaling`",
+            "(3) resume with `master_weights`",
+            "(4) LookSAM's state cannot continue Momentum-SAM's",
+        ] {
+            assert!(refused.contains(words), "{words:?} not in {refused}");
+        }
     }
 
     #[test]
