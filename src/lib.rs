@@ -11,7 +11,7 @@ mod rng;
 
 pub use classifier::{blobs, ClassBatch, ClassBatcher, Classifier, Example};
 pub use quiet::Quiet;
-pub use record::{checkpoint_sam_record, load_record, record_bytes};
+pub use record::{checkpoint_sam_record, checkpoint_sam_record_with, load_record, record_bytes};
 pub use rng::Rng;
 
 use burn::config::Config;

@@ -22,7 +22,7 @@ use burn::optim::{Adam, Sgd};
 use burn::optim::{
     AdamConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SgdConfig,
 };
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::record::{CompactRecorder, FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
@@ -37,7 +37,8 @@ use burn_sam::{
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{
-    checkpoint_sam_record, ClassBatch, ClassBatcher, Classifier, Example, MlpConfig, Quiet,
+    checkpoint_sam_record, checkpoint_sam_record_with, ClassBatch, ClassBatcher, Classifier,
+    Example, MlpConfig, Quiet,
 };
 
 type B = Autodiff<Flex>;
@@ -129,8 +130,9 @@ fn artifacts_path(name: &str) -> PathBuf {
 
 type Components<LR, O, M = Model> = LearningComponentsMarker<B, LR, M, O>;
 
-/// Trains `learner` for `epochs` with Burn's file checkpointer (every epoch kept) and returns
-/// the model; `strategy` replaces Burn's default one, `resume` continues from a checkpoint.
+/// Trains `learner` for `epochs` with Burn's file checkpointer (every epoch kept, at full
+/// precision) and returns the model; `strategy` replaces Burn's default one, `resume`
+/// continues from a checkpoint.
 fn run<LR, O, M>(
     dir: &Path,
     loader: Arc<dyn DataLoader<B, ClassBatch<B>>>,
@@ -148,9 +150,33 @@ where
     M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
     O: WindowOptimizer<M, B> + 'static,
 {
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    run_recorded(recorder, dir, loader, epochs, learner, strategy, resume)
+}
+
+/// [`run`] with the checkpoints written by `recorder`.
+fn run_recorded<LR, O, M, FR>(
+    recorder: FR,
+    dir: &Path,
+    loader: Arc<dyn DataLoader<B, ClassBatch<B>>>,
+    epochs: usize,
+    learner: Learner<Components<LR, O, M>>,
+    strategy: Option<SamTraining<Components<LR, O, M>>>,
+    resume: Option<usize>,
+) -> M::InnerModule
+where
+    LR: LrScheduler + 'static,
+    M: TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
+        + AutodiffModule<B>
+        + std::fmt::Display
+        + 'static,
+    M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
+    O: WindowOptimizer<M, B> + 'static,
+    FR: FileRecorder<B> + FileRecorder<Flex> + 'static,
+{
     let mut training = SupervisedTraining::new(dir, loader, valid_loader())
         .metrics((AccuracyMetric::new(), LossMetric::new()))
-        .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+        .with_file_checkpointer(recorder)
         .with_checkpointing_strategy(KeepLastNCheckpoints::new(100))
         .renderer(Quiet)
         .with_application_logger(None)
@@ -334,6 +360,125 @@ fn resuming_from_a_checkpoint_equals_the_uninterrupted_run() {
     );
     assert!(expected.scale > 256.0, "the scale grew: {}", expected.scale);
     assert_eq!(actual, expected);
+}
+
+/// Burn's `CompactRecorder` (README's before 2026-12-06) stores the model's and the base
+/// optimizer's float tensors in f16; SAM's own state (f32 master weights, the loss scaler,
+/// Momentum-SAM's momentum) is plain numbers, which every recorder stores as they are. So that
+/// state is the same in a compact checkpoint as in a full-precision one, while a run resumed
+/// from a compact checkpoint of an f32 model does not continue exactly: README's snippets use
+/// a full-precision recorder.
+#[test]
+fn sam_state_survives_a_half_precision_recorder_and_resume_needs_full_precision() {
+    // f16 weights with f32 masters, the loss scaler and Momentum-SAM's momentum: all of SAM's
+    // own state.
+    let f16 = cast_params(model(), FloatDType::F16);
+    let optim = || {
+        SamConfig::new()
+            .with_rho(1.0)
+            .with_variant(SamVariant::momentum_sam())
+            .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(1024.0)))
+            .init(sgd())
+    };
+    let checkpointed = |name: &str, compact: bool| {
+        let dir = artifacts(name);
+        let optim = optim();
+        let strategy = SamTraining::new(Default::default(), &optim);
+        let learner = Learner::new(f16.clone(), optim, 0.05);
+        let loader = train_loader(16, Some(3));
+        match compact {
+            true => {
+                run_recorded(
+                    CompactRecorder::new(),
+                    &dir,
+                    loader,
+                    2,
+                    learner,
+                    Some(strategy),
+                    None,
+                );
+                checkpoint_sam_record_with::<B, Model, SgdOptim, _>(CompactRecorder::new(), &dir, 1)
+            }
+            false => {
+                run(&dir, loader, 2, learner, Some(strategy), None);
+                sam_record::<SgdOptim>(&dir, 1)
+            }
+        }
+    };
+    let (full, compact) = (checkpointed("full", false), checkpointed("compact", true));
+    // By parameter id: records list them in no fixed order.
+    fn by_id<T>(entries: impl Iterator<Item = (String, T)>) -> Vec<(String, T)> {
+        let mut entries: Vec<_> = entries.collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries
+    }
+    let masters = |record: &SamRecord| {
+        let masters = record.mixed_precision.master_weights.iter();
+        by_id(masters.map(|m| (m.id.clone(), m.values.clone())))
+    };
+    let momentum = |record: &SamRecord| {
+        let tensors = record.variant.tensors.iter();
+        by_id(tensors.map(|t| (t.id.clone(), t.values.clone())))
+    };
+    assert_eq!(masters(&compact).len(), 4, "f32 masters of the f16 weights");
+    assert_eq!(masters(&compact), masters(&full));
+    assert!(!momentum(&full).is_empty());
+    assert_eq!(momentum(&compact), momentum(&full));
+    assert_eq!(
+        compact.mixed_precision.loss_scaler,
+        full.mixed_precision.loss_scaler
+    );
+    assert_eq!(
+        (compact.stats, compact.variant.rho),
+        (full.stats, full.variant.rho)
+    );
+
+    // An f32 model resumed from a compact checkpoint: its weights and SGD's momentum were
+    // stored in f16.
+    let initial = model();
+    let fresh = || {
+        let optim = SamConfig::new().with_rho(0.05).init(sgd());
+        let strategy = SamTraining::new(Default::default(), &optim);
+        (Learner::new(initial.clone(), optim, 0.05), strategy)
+    };
+    let whole = artifacts("compact-whole");
+    let (learner, strategy) = fresh();
+    let loader = || train_loader(16, Some(5));
+    let uninterrupted = run(&whole, loader(), 3, learner, Some(strategy), None);
+    let parts = artifacts("compact-parts");
+    let (learner, strategy) = fresh();
+    run_recorded(
+        CompactRecorder::new(),
+        &parts,
+        loader(),
+        2,
+        learner,
+        Some(strategy),
+        None,
+    );
+    let (learner, strategy) = fresh();
+    let resumed = run_recorded(
+        CompactRecorder::new(),
+        &parts,
+        loader(),
+        3,
+        learner,
+        Some(strategy),
+        Some(2),
+    );
+    let apart = max_difference(&weights(&uninterrupted), &weights(&resumed));
+    println!("resumed from a compact checkpoint: {apart:e} from the uninterrupted run");
+    assert!(
+        apart > 0.0,
+        "a compact checkpoint resumed exactly: README says otherwise"
+    );
+    // The same at full precision continues exactly.
+    let parts = artifacts("full-parts");
+    let (learner, strategy) = fresh();
+    run(&parts, loader(), 2, learner, Some(strategy), None);
+    let (learner, strategy) = fresh();
+    let resumed = run(&parts, loader(), 3, learner, Some(strategy), Some(2));
+    assert_eq!(weights(&resumed), weights(&uninterrupted));
 }
 
 /// SGD that records the learning rate of each of its steps.
