@@ -10,7 +10,6 @@ use std::path::Path;
 
 use burn::backend::{Autodiff, Flex};
 use burn::optim::SgdConfig;
-use burn::record::CompactRecorder;
 use burn::tensor::FloatDType;
 use burn::train::metric::{AccuracyMetric, LossMetric};
 use burn::train::{Learner, SupervisedTraining};
@@ -243,6 +242,7 @@ fn learner_program(f16: bool) -> Result {
             .launch(Learner::new(model, optim, lr_scheduler))
     } else {
         // readme: learner
+        use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
         use burn_sam::SamConfig;
         use burn_sam_accum::train::SamTraining;
 
@@ -255,7 +255,9 @@ fn learner_program(f16: bool) -> Result {
             .into_strategy();
         let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
             .metrics((AccuracyMetric::new(), LossMetric::new()))
-            .with_file_checkpointer(CompactRecorder::new())
+            // Full precision, so that a resumed run continues exactly: `CompactRecorder` stores the
+            // model's and the base optimizer's float tensors in f16.
+            .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
             .num_epochs(epochs)
             .with_training_strategy(strategy)
             .launch(Learner::new(model, optim, lr_scheduler));

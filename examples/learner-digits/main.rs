@@ -20,7 +20,7 @@ use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
 use burn::lr_scheduler::LrScheduler;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Optimizer, SgdConfig};
-use burn::record::CompactRecorder;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ElementConversion;
 use burn::tensor::FloatDType;
@@ -205,7 +205,9 @@ where
 {
     let training = SupervisedTraining::new(&args.artifacts, train, valid)
         .metrics((AccuracyMetric::new(), LossMetric::new()))
-        .with_file_checkpointer(CompactRecorder::new())
+        // Full precision: `--resume` continues exactly (`CompactRecorder` stores the model's and
+        // the base optimizer's float tensors in f16).
+        .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
         .num_epochs(args.epochs)
         .summary();
     // Under MPI the other ranks write nothing: rank 0 logs, reports and checkpoints.
