@@ -169,6 +169,7 @@ fn mixed_precision() -> Result {
     let model = burn_sam::try_cast_params(model, FloatDType::F16)?; // f16 parameters
     let mut optim = SamConfig::new()
         .with_loss_scaling(Some(LossScalerConfig::new())) // PyTorch GradScaler's defaults
+        .with_max_grad_norm(Some(1.0)) // optional: clip_grad_norm_ after unscaling, once per step
         .try_init(AdamConfig::new().init())?;
     let step = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?; // the same closure
     println!(

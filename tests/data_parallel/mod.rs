@@ -405,11 +405,42 @@ pub fn replicated_window_is_the_single_device_window<B: AutodiffBackend>(devices
         .into_iter()
         .flat_map(|range| examples[range].to_vec())
         .collect();
+    let one_each = replicated(1, "window-replicated-1");
     assert_eq!(
-        replicated(1, "window-replicated-1"),
-        single(interleaved, 2, "window-single-2"),
+        one_each,
+        single(interleaved.clone(), 2, "window-single-2"),
         "one micro-batch per replica"
     );
+    // Clipping sees the combined gradient's one norm, as on one device.
+    let clipped = || {
+        SamConfig::new()
+            .with_rho(0.05)
+            .with_max_grad_norm(Some(0.1))
+            .init(sgd(true))
+    };
+    let optim = clipped();
+    let strategy = data_parallel(&devices, &optim, Ascent::Synced);
+    let learner = Learner::new(model.clone(), optim, scheduler());
+    let dir = artifacts("window-replicated-clipped");
+    let data = loader(examples.clone(), 8);
+    let replicated_clipped = weights(&run(&dir, data, 3, learner, strategy, None));
+    let optim = clipped();
+    let strategy = SamTraining::new(devices[0].clone(), &optim)
+        .with_accumulation(2)
+        .unwrap()
+        .with_items(ClassBatch::len);
+    let learner = Learner::new(model.clone(), optim, scheduler());
+    let dir = artifacts("window-single-clipped");
+    let single_clipped = weights(&run(
+        &dir,
+        loader(interleaved, 8),
+        3,
+        learner,
+        strategy,
+        None,
+    ));
+    assert_eq!(replicated_clipped, single_clipped, "clipped");
+    assert_ne!(replicated_clipped, one_each, "clipping clipped");
     let two = replicated(2, "window-replicated-2");
     let difference = relative_difference(&two, &single(examples.clone(), 4, "window-single-4"));
     println!("two micro-batches per replica against one device's window of 4: {difference:e}");

@@ -2,8 +2,8 @@
 //! `Accumulation` computes over the same micro-batches, bitwise, because both weight each
 //! micro-batch's loss before its backward pass (the `TrainStep` through `scale_loss`). Windows
 //! of 3 (weights 1/3, which round differently from 1/4) and 4, weighted by item counts, with
-//! the partial last window of an epoch, in f32 and loss-scaled f16, for SAM, Momentum-SAM and
-//! `LossScaled`, on the MLP and on a model with BatchNorm; and an overflowing loss scale backs
+//! the partial last window of an epoch, in f32 and loss-scaled f16, for SAM (clipped or not),
+//! Momentum-SAM and `LossScaled`, on the MLP and on a model with BatchNorm; and an overflowing loss scale backs
 //! off on the same steps on both paths. (With dropout both paths draw their masks from the
 //! backend's one generator, which other tests in the process draw from too: not compared.)
 
@@ -127,6 +127,15 @@ fn sam<M: AutodiffModule<B>>(scaling: Option<LossScalerConfig>) -> Sam<Sgd<M>> {
         .init(sgd_for())
 }
 
+/// SAM with the descent gradient clipped to a norm below the blobs' (about 0.5 to 1).
+fn clipped<M: AutodiffModule<B>>(scaling: Option<LossScalerConfig>) -> Sam<Sgd<M>> {
+    SamConfig::new()
+        .with_rho(0.05)
+        .with_loss_scaling(scaling)
+        .with_max_grad_norm(Some(0.1))
+        .init(sgd_for())
+}
+
 fn momentum_sam<M: AutodiffModule<B>>(scaling: Option<LossScalerConfig>) -> Sam<Sgd<M>> {
     SamConfig::new()
         .with_rho(1.0)
@@ -151,6 +160,15 @@ fn every_case(dtype: &str, model: Model, scaled: bool) {
         let copy = || model.clone();
         let (learner, direct) = both_paths(&case("sam"), copy, || sam(scaling()), setup, 1);
         assert_eq!(learner, direct, "{}", case("SAM"));
+        // Clipped once per window, the combined descent gradient's norm.
+        let (clipped, direct) = both_paths(&case("clip"), copy, || clipped(scaling()), setup, 1);
+        assert_eq!(clipped, direct, "{}", case("SAM, clipped"));
+        assert_ne!(
+            clipped.weights,
+            learner.weights,
+            "{}",
+            case("clipping clipped")
+        );
         let (learner, direct) =
             both_paths(&case("msam"), copy, || momentum_sam(scaling()), setup, 1);
         assert_eq!(learner, direct, "{}", case("Momentum-SAM"));

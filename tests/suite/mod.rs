@@ -9,6 +9,7 @@
 
 pub mod accumulation;
 pub mod batchnorm;
+pub mod clipping;
 pub mod family;
 pub mod faults;
 pub mod misuse;
@@ -65,6 +66,10 @@ macro_rules! backend_suite {
                 parity_asam_sgd => parity::run::<B>("asam_sgd"),
                 parity_asam_eta_sgd => parity::run::<B>("asam_eta_sgd"),
                 parity_sam_adam => parity::run::<B>("sam_adam"),
+                parity_sam_clip => clipping::run::<B>("sam_clip"),
+                parity_sam_clip_scaled => clipping::run::<B>("sam_clip_scaled"),
+                parity_sam_clip_accumulated => clipping::run::<B>("sam_clip_accumulated"),
+                parity_loss_scaled_clip => clipping::run::<B>("scaled_clip"),
                 parity_gsam_sgd => family::run::<B>("gsam_sgd"),
                 parity_gsam_schedule_sgd_momentum => family::run::<B>("gsam_schedule_sgd_momentum"),
                 parity_looksam_sgd => family::run::<B>("looksam_sgd"),

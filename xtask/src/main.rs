@@ -201,6 +201,7 @@ fn main() {
             run("python3", &["reference/sam_reference.py"]);
             run("python3", &["reference/scaler_reference.py"]);
             run("python3", &["reference/family_reference.py"]);
+            run("python3", &["reference/clip_reference.py"]);
         }
         ["bench"] => bench::bench(&[]),
         ["bench", "--backends", list] => bench::bench(&list.split(',').collect::<Vec<_>>()),

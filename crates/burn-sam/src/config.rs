@@ -60,6 +60,15 @@ pub struct SamConfig {
     /// ([`SamError::NothingPicked`](crate::SamError::NothingPicked)).
     #[config(default = "None")]
     pub perturb_only: Option<Vec<String>>,
+    /// Clips the descent gradient to this global norm, as PyTorch's `clip_grad_norm_` does
+    /// (`g * min(1, max / (||g|| + 1e-6))`): once per step, after unscaling, with the norm over
+    /// every parameter the base optimizer steps (with accumulation, replicas or ranks, of the
+    /// combined gradient), the norm SAM reads anyway (no extra host wait). `None` does not
+    /// clip. Allowed: finite and `> 0`, with [`SamVariant::Sam`] (SAM, ASAM, SAM-ON) and
+    /// [`SamVariant::FriendlySam`], which step with the descent gradient as it is; GSAM,
+    /// LookSAM and Momentum-SAM step with a gradient of their own making.
+    #[config(default = "None")]
+    pub max_grad_norm: Option<f64>,
 }
 
 impl SamConfig {
@@ -116,8 +125,30 @@ impl SamConfig {
         if let Some(schedule) = &self.rho_schedule {
             schedule.validate(self.rho)?;
         }
+        if let Some(max) = self.max_grad_norm {
+            check("max_grad_norm", max, MAX_GRAD_NORM, max_grad_norm_ok(max))?;
+            check(
+                "max_grad_norm",
+                max,
+                "with SamVariant::Sam or SamVariant::FriendlySam only: GSAM, LookSAM and \
+                 Momentum-SAM step with a gradient of their own making, whose norm SAM does \
+                 not read",
+                matches!(
+                    self.variant,
+                    SamVariant::Sam | SamVariant::FriendlySam { .. }
+                ),
+            )?;
+        }
         self.variant.validate()
     }
+}
+
+/// The allowed range of a `max_grad_norm`.
+pub(crate) const MAX_GRAD_NORM: &str = "finite and > 0";
+
+/// Whether `max` is a `max_grad_norm` in [`MAX_GRAD_NORM`].
+pub(crate) fn max_grad_norm_ok(max: f64) -> bool {
+    max.is_finite() && max > 0.0
 }
 
 #[cfg(test)]
@@ -159,6 +190,27 @@ mod tests {
         for eta in [-0.01, f64::INFINITY] {
             assert_eq!(rejected(SamConfig::new().with_eta(eta)).0, "eta");
         }
+        for max in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let (field, message) = rejected(SamConfig::new().with_max_grad_norm(Some(max)));
+            assert_eq!(field, "max_grad_norm");
+            assert!(message.contains("> 0"), "{message}");
+        }
+        for variant in [
+            SamVariant::gsam(),
+            SamVariant::look_sam(),
+            SamVariant::momentum_sam(),
+        ] {
+            let config = SamConfig::new()
+                .with_variant(variant)
+                .with_max_grad_norm(Some(1.0));
+            let (field, message) = rejected(config);
+            assert_eq!(field, "max_grad_norm");
+            assert!(message.contains("SamVariant::Sam or"), "{message}");
+        }
+        let friendly = SamConfig::new()
+            .with_variant(SamVariant::friendly_sam())
+            .with_max_grad_norm(Some(1.0));
+        assert!(friendly.validate().is_ok());
     }
 
     #[test]

@@ -4,6 +4,7 @@ use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
+use crate::config::{max_grad_norm_ok, MAX_GRAD_NORM};
 use crate::error::ConfigError;
 use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
@@ -21,6 +22,11 @@ pub struct LossScaledConfig {
     /// Step parameters narrower than f32 through f32 master copies.
     #[config(default = true)]
     pub master_weights: bool,
+    /// Clips the gradient to this global norm, as PyTorch's `clip_grad_norm_` after
+    /// `GradScaler.unscale_` (`g * min(1, max / (||g|| + 1e-6))`), from the norm each step reads
+    /// anyway. `None` does not clip. Allowed: finite and `> 0`.
+    #[config(default = "None")]
+    pub max_grad_norm: Option<f64>,
 }
 
 impl LossScaledConfig {
@@ -37,9 +43,14 @@ impl LossScaledConfig {
     /// Wraps `base`, or says which field is invalid.
     pub fn try_init<O>(&self, base: O) -> Result<LossScaled<O>, ConfigError> {
         let scaler = self.loss_scaling.try_init()?;
+        if let Some(max) = self.max_grad_norm {
+            let ok = max_grad_norm_ok(max);
+            ConfigError::check("LossScaledConfig", "max_grad_norm", max, MAX_GRAD_NORM, ok)?;
+        }
+        let precision = MixedPrecision::new(Some(scaler), self.master_weights);
         Ok(LossScaled {
             base,
-            precision: MixedPrecision::new(Some(scaler), self.master_weights),
+            precision: precision.with_max_grad_norm(self.max_grad_norm),
         })
     }
 }

@@ -26,13 +26,15 @@ use crate::state::ParamState;
 
 /// The loss scaler, and the f32 master weights of the parameters narrower than f32 by id: on
 /// the device (`Tensor<B::InnerBackend, 1>`, flattened), or as loaded from a record
-/// (`Vec<f32>`) until their first step tells which device they belong to.
+/// (`Vec<f32>`) until their first step tells which device they belong to; and the global norm
+/// the guarded step clips its gradient to.
 #[derive(Clone)]
 pub(crate) struct MixedPrecision {
     scaler: Option<LossScaler>,
     handle: LossScaleHandle,
     master_weights: bool,
     masters: ParamState<f32>,
+    max_grad_norm: Option<f64>,
 }
 
 /// The mixed-precision state of an optimizer: the loss scaler's and the f32 master weights,
@@ -65,6 +67,15 @@ impl MixedPrecision {
             scaler,
             master_weights,
             masters: ParamState::default(),
+            max_grad_norm: None,
+        }
+    }
+
+    /// Clips the stepped gradient to global norm `max` (`None`: no clipping).
+    pub fn with_max_grad_norm(self, max: Option<f64>) -> Self {
+        Self {
+            max_grad_norm: max,
+            ..self
         }
     }
 
@@ -125,7 +136,8 @@ impl MixedPrecision {
     }
 
     /// The guarded base step: with finite `grads` (their unscaled norm `grad_norm`), unscaled
-    /// in f32 and stepped through master weights; otherwise nothing changes. No scale update.
+    /// in f32, clipped to the global norm `max_grad_norm` and stepped through master weights;
+    /// otherwise nothing changes. No scale update.
     pub fn step_if_finite<M, B, O>(
         &mut self,
         base: &mut O,
@@ -149,7 +161,9 @@ impl MixedPrecision {
         let mut widen = Widen {
             grads,
             unscaled: GradientsParams::new(),
-            inverse_scale: 1.0 / f64::from(self.loss_scale()),
+            // Unscaled, then clipped as `clip_grad_norm_` clips (PyTorch adds 1e-6 to the norm):
+            // one multiply per gradient for both.
+            factor: clip_factor(self.max_grad_norm, grad_norm) / f64::from(self.loss_scale()),
             masters: self,
             narrowed: HashMap::new(),
         };
@@ -260,11 +274,18 @@ where
     MixedPrecision::new(None, false).guarded_step(base, lr, module, grads)
 }
 
-/// Swaps narrow parameters for their f32 masters and unscales every gradient.
+/// What `clip_grad_norm_` multiplies gradients of global norm `norm` by: `max / (norm +
+/// 1e-6)`, at most 1.
+fn clip_factor(max: Option<f64>, norm: f64) -> f64 {
+    max.map_or(1.0, |max| (max / (norm + 1e-6)).min(1.0))
+}
+
+/// Swaps narrow parameters for their f32 masters and unscales (and clips) every gradient.
 struct Widen<'a> {
     grads: GradientsParams,
     unscaled: GradientsParams,
-    inverse_scale: f64,
+    /// `1 / scale`, times the clipping factor.
+    factor: f64,
     masters: &'a mut MixedPrecision,
     narrowed: HashMap<ParamId, DType>,
 }
@@ -277,8 +298,8 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Widen<'_> {
         };
         let dtype = tensor.dtype();
         let mut grad = widen(grad);
-        if self.inverse_scale != 1.0 {
-            grad = grad.mul_scalar(self.inverse_scale);
+        if self.factor != 1.0 {
+            grad = grad.mul_scalar(self.factor);
         }
         let tensor = if self.masters.master_weights && narrow(dtype) {
             let require_grad = tensor.is_require_grad();

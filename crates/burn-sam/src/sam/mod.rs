@@ -273,7 +273,8 @@ impl SamConfig {
             .as_ref()
             .map(LossScalerConfig::try_init)
             .transpose()?;
-        let precision = MixedPrecision::new(scaler, self.master_weights);
+        let precision =
+            MixedPrecision::new(scaler, self.master_weights).with_max_grad_norm(self.max_grad_norm);
         Ok(Sam::new(self.clone(), base, precision))
     }
 }
