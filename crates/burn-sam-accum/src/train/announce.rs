@@ -55,7 +55,14 @@ fn sam_settings(config: &SamConfig) -> String {
         }
         _ => "2 passes per step".to_string(),
     };
-    format!("{} ({variant:?}), {radius}, {passes}", variant.name())
+    let clipping = match config.max_grad_norm {
+        Some(max) => format!(", descent gradient clipped to norm {max}"),
+        None => String::new(),
+    };
+    format!(
+        "{} ({variant:?}), {radius}, {passes}{clipping}",
+        variant.name()
+    )
 }
 
 #[cfg(test)]
@@ -80,6 +87,9 @@ mod tests {
              step, at the look-ahead w~ (the Learner's model stays at w); loss scaling on \
              (scale 1024); 4 batches per step (accumulated); 2 replicas on each of 3 ranks"
         );
+        let clipped = SamConfig::new().with_max_grad_norm(Some(1.0));
+        assert!(announcement(Some(&clipped), None, 1, 1, 1)
+            .contains("2 passes per step, descent gradient clipped to norm 1; no loss scaling"));
         let look = SamConfig::new().with_variant(SamVariant::look_sam());
         assert!(announcement(Some(&look), None, 1, 2, 1)
             .contains("2 passes every 10 steps, 1 on the others; no loss scaling; 1 batch per step; 2 replicas"));
