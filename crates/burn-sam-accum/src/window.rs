@@ -119,6 +119,8 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
         scale: &LossScaleHandle,
         weight: f64,
     ) -> Result<GradientsParams, AccumError> {
+        // Each pass of a micro-batch draws the same random numbers, where SAM seeds them.
+        scale.seed_pass(module, index);
         let loss = (self.loss)(module, &self.batches[index].data);
         if index == self.evaluated {
             let term = widen(loss.clone().detach()).mul_scalar(self.weights[index]);

@@ -69,6 +69,17 @@ pub struct SamConfig {
     /// LookSAM and Momentum-SAM step with a gradient of their own making.
     #[config(default = "None")]
     pub max_grad_norm: Option<f64>,
+    /// Seeds the backend's random generator before each forward pass with
+    /// [`pass_seed`](crate::pass_seed)`(pass_seed, step, micro_batch)`, the step count being
+    /// SAM's (saved in its record): both passes of a step draw the same dropout masks (as
+    /// Google's JAX SAM does with one PRNG key), `rho = 0` is the base optimizer bitwise when
+    /// the base is fed the same seeds, and a resumed run draws the uninterrupted run's masks.
+    /// `None` leaves the generator alone: each pass draws masks of its own (as davda54/sam
+    /// does). The generator is the backend's one per process: anything else that draws from
+    /// it during a step (data augmentation through the backend) draws from the seeded
+    /// sequence too. With `SamTraining`, one replica per process.
+    #[config(default = "None")]
+    pub pass_seed: Option<u64>,
 }
 
 impl SamConfig {

@@ -4,13 +4,15 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use burn::tensor::backend::Backend;
+use burn::module::AutodiffModule;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use crate::error::SamError;
 use crate::float::widen;
 use crate::protocol::{Handover, Passes};
 use crate::scaler::LossScaler;
+use crate::seed::seed_pass;
 use crate::state::ParamState;
 
 /// A shared view of an optimizer's loss scale and overflow count, and the way code that
@@ -57,6 +59,8 @@ pub(crate) struct Shared {
     pub checkpoint_epoch: Option<u64>,
     /// Momentum-SAM's momentum and radius, for the strategy's look-ahead.
     pub look_ahead: Option<(ParamState<f64>, f64)>,
+    /// The run's pass seed and the next step's count (`SamConfig::pass_seed`).
+    pub pass_seed: Option<(u64, u64)>,
 }
 
 impl LossScaleHandle {
@@ -71,6 +75,7 @@ impl LossScaleHandle {
             has_reader: true,
             checkpoint_epoch: None,
             look_ahead: None,
+            pass_seed: None,
         })))
     }
 
@@ -123,8 +128,24 @@ impl LossScaleHandle {
         shared.overflows = scaler.overflows();
     }
 
-    pub(crate) fn publish_passes(&self, passes: Passes) {
-        self.shared().passes = passes;
+    pub(crate) fn publish_passes(&self, passes: Passes, pass_seed: Option<(u64, u64)>) {
+        let mut shared = self.shared();
+        shared.passes = passes;
+        shared.pass_seed = pass_seed;
+    }
+
+    /// Seeds `module`'s backend for micro-batch `micro_batch`'s forward pass of the next step,
+    /// when the optimizer has a [`SamConfig::pass_seed`](crate::SamConfig::pass_seed); does
+    /// nothing otherwise. Both passes of a step get the same seed.
+    pub fn seed_pass<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        micro_batch: usize,
+    ) {
+        let pass_seed = self.shared().pass_seed;
+        if let Some(pass_seed) = pass_seed {
+            seed_pass(module, pass_seed, micro_batch);
+        }
     }
 
     pub(crate) fn publish_look_ahead(&self, look_ahead: Option<(ParamState<f64>, f64)>) {

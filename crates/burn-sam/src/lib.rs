@@ -70,6 +70,7 @@ mod quirks;
 mod reduce;
 mod sam;
 mod scaler;
+mod seed;
 mod state;
 pub mod strategy;
 mod variant;
@@ -86,6 +87,7 @@ pub use norm::grad_norm;
 pub use precision::{MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
+pub use seed::pass_seed;
 pub use variant::{RhoSchedule, SamVariant};
 
 #[cfg(doctest)]

@@ -84,6 +84,17 @@ impl StepLink {
         }
     }
 
+    /// Seeds `module`'s backend for micro-batch `micro_batch`'s forward pass of the next step
+    /// ([`LossScaleHandle::seed_pass`]): a no-op unless the optimizer has a
+    /// [`SamConfig::pass_seed`](crate::SamConfig::pass_seed).
+    pub fn seed_pass<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        micro_batch: usize,
+    ) {
+        self.0.seed_pass(module, micro_batch);
+    }
+
     /// Says what the next `Optimizer::step` call gets, just before making it.
     pub fn hand_over(&self, handover: Handover) {
         self.0.hand_over(handover);

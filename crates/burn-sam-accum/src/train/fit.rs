@@ -30,6 +30,18 @@ where
         epochs: (usize, usize),
     ) -> Layout {
         let (devices, peers) = (self.replicas.devices(), self.replicas.peers());
+        if let Some(seed) = self.sam.as_ref().and_then(|config| config.pass_seed) {
+            // The backend's generator is one per process: replicas' threads would draw from
+            // it in whatever order they run, and ranks would repeat each other's masks.
+            assert!(
+                devices.len() == 1 && peers.size() == 1,
+                "SamConfig.pass_seed = {seed} with {} replicas on {} ranks: seeded passes need \
+                 one replica in one process (the backend's random generator is one per \
+                 process); leave `pass_seed` None for data-parallel training",
+                devices.len(),
+                peers.size()
+            );
+        }
         let layout = peers.handshake(devices.len(), &self.settings(model, window, epochs));
         if peers.is_root() {
             // Burn's log goes to a file: say on stderr too that SAM is on, and how.

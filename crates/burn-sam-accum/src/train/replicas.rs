@@ -12,7 +12,9 @@ use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, Tensor};
 use burn::train::{TrainOutput, TrainStep};
-use burn_sam::strategy::{map_grads, perturb, transfers_through_host, GradMap, ParamGrad};
+use burn_sam::strategy::{
+    map_grads, perturb, transfers_through_host, GradMap, ParamGrad, StepLink,
+};
 use burn_sam::{diagnostics, SamConfig};
 
 use super::pass_scale::with_pass;
@@ -156,6 +158,7 @@ impl<B: AutodiffBackend> Replicas<B> {
         weights: &[Vec<f64>],
         loss_scale: Option<f32>,
         local: LocalAscent<'_>,
+        link: &StepLink,
     ) -> Combined<M::Output>
     where
         M: TrainStep + AutodiffModule<B>,
@@ -170,7 +173,7 @@ impl<B: AutodiffBackend> Replicas<B> {
             .map(|(index, inputs)| (index, self.send_model(index, model.clone()), inputs))
             .collect();
         let pass = |(index, replica, inputs): (usize, M, Vec<M::Input>)| {
-            let pass = replica_pass(replica, inputs, &weights[index], loss_scale, local);
+            let pass = replica_pass(replica, inputs, &weights[index], loss_scale, local, link);
             (index, pass)
         };
         let threads = jobs.len() > 1 && !transfers_through_host::<B>(self.main());
@@ -266,6 +269,7 @@ fn replica_pass<B, M>(
     weights: &[f64],
     loss_scale: Option<f32>,
     local: LocalAscent<'_>,
+    link: &StepLink,
 ) -> (Summed, M, Vec<M::Output>)
 where
     B: AutodiffBackend,
@@ -274,11 +278,25 @@ where
 {
     let mut outputs = Vec::with_capacity(inputs.len());
     let Some((config, lr)) = local else {
-        let grads = weighted_gradient(&replica, inputs, weights, loss_scale, Some(&mut outputs));
+        let grads = weighted_gradient(
+            &replica,
+            inputs,
+            weights,
+            loss_scale,
+            link,
+            Some(&mut outputs),
+        );
         return (grads, replica, outputs);
     };
     let first = inputs.clone();
-    let ascent = weighted_gradient(&replica, first, weights, loss_scale, Some(&mut outputs));
+    let ascent = weighted_gradient(
+        &replica,
+        first,
+        weights,
+        loss_scale,
+        link,
+        Some(&mut outputs),
+    );
     let (grads, copy) = shared_copy(&replica, ascent.grads);
     let ascent_copy = Summed {
         grads: copy,
@@ -291,7 +309,7 @@ where
     }
     drop(ascent_copy);
     let Summed { grads, as_came } =
-        weighted_gradient(&moved.module, inputs, weights, loss_scale, None);
+        weighted_gradient(&moved.module, inputs, weights, loss_scale, link, None);
     // Where the ascent's norm stayed on the device, a fault in it reaches the descent here.
     let grads = Summed {
         grads: moved.carry_fault(grads),
@@ -306,6 +324,7 @@ fn weighted_gradient<B, M>(
     inputs: Vec<M::Input>,
     weights: &[f64],
     loss_scale: Option<f32>,
+    link: &StepLink,
     mut outputs: Option<&mut Vec<M::Output>>,
 ) -> Summed
 where
@@ -313,7 +332,10 @@ where
     M: TrainStep + AutodiffModule<B>,
 {
     let mut sum = WeightedSum::default();
-    for (input, &weight) in inputs.into_iter().zip(weights) {
+    for (index, (input, &weight)) in inputs.into_iter().zip(weights).enumerate() {
+        // Every pass of a batch draws the same random numbers, where SAM seeds them (one
+        // replica: `SamTraining` refuses seeded passes over several).
+        link.seed_pass(model, index);
         let (TrainOutput { grads, item }, weighted) =
             with_pass(loss_scale, weight, || model.step(input));
         if let Some(outputs) = outputs.as_mut() {

@@ -42,7 +42,7 @@ where
         let model = self.link.look_ahead(learner.model());
         let combined = self
             .replicas
-            .gradient(&model, shards, weights, loss_scale, local);
+            .gradient(&model, shards, weights, loss_scale, local, &self.link);
         let wide = <LC::Optimizer as WindowOptimizer<_, _>>::WIDE_GRADIENTS;
         let grads = match combined.as_came || wide {
             true => combined.grads,

@@ -214,7 +214,8 @@ impl<O> Sam<O> {
     /// Tells strategies how many passes the next step takes, and Momentum-SAM's look-ahead.
     fn publish_passes(&self) {
         let handle = self.precision.handle();
-        handle.publish_passes(self.family.passes());
+        let pass_seed = self.config.pass_seed.map(|seed| (seed, self.stats.steps));
+        handle.publish_passes(self.family.passes(), pass_seed);
         if self.is_momentum_sam() {
             let rho = self.family.look_ahead_rho();
             handle.publish_look_ahead(Some((self.family.momentum().clone(), rho)));

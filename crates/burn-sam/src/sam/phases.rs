@@ -366,6 +366,8 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
         F: FnMut(&M) -> Tensor<B, 1>,
     {
+        let handle = self.precision.handle().clone();
+        handle.seed_pass(&module, 0);
         let first = loss(&module);
         // Keeping only the value lets the first pass's graph, and the weights it saved, go
         // once it is back-propagated: the base optimizer can then update them in place.
@@ -380,6 +382,8 @@ impl<O> Sam<O> {
             });
         }
         let perturbed = self.ascend(lr, module, grads)?;
+        // The same seed as the first pass's: the same dropout masks.
+        handle.seed_pass(&perturbed, 0);
         let second = self.scale_loss(loss(&perturbed));
         let grads = GradientsParams::from_grads(second.backward(), &perturbed);
         let (module, report) = self.descend(lr, perturbed, grads)?;
