@@ -137,3 +137,34 @@ impl<B: Backend> InferenceStep for Classifier<B> {
         self.forward_classification(batch)
     }
 }
+
+/// Implements Burn's `TrainStep` and `InferenceStep` for a test model `$model<B>` with
+/// `forward_classification(&self, ClassBatch<B>) -> ClassificationOutput<B>`, as
+/// [`Classifier`] has them: the `TrainStep` back-propagates `scale_loss` of the loss.
+#[macro_export]
+macro_rules! classification_steps {
+    ($model:ident) => {
+        impl<B: burn::tensor::backend::AutodiffBackend> burn::train::TrainStep for $model<B> {
+            type Input = $crate::ClassBatch<B>;
+            type Output = burn::train::ClassificationOutput<B>;
+
+            fn step(
+                &self,
+                batch: $crate::ClassBatch<B>,
+            ) -> burn::train::TrainOutput<burn::train::ClassificationOutput<B>> {
+                let item = self.forward_classification(batch);
+                let grads = burn_sam_accum::train::scale_loss(item.loss.clone()).backward();
+                burn::train::TrainOutput::new(self, grads, item)
+            }
+        }
+
+        impl<B: burn::tensor::backend::Backend> burn::train::InferenceStep for $model<B> {
+            type Input = $crate::ClassBatch<B>;
+            type Output = burn::train::ClassificationOutput<B>;
+
+            fn step(&self, batch: $crate::ClassBatch<B>) -> burn::train::ClassificationOutput<B> {
+                self.forward_classification(batch)
+            }
+        }
+    };
+}

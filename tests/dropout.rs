@@ -18,12 +18,9 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, Sgd, SgdConfig};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use burn::train::{
-    ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
-    TrainOutput, TrainStep,
-};
+use burn::train::{ClassificationOutput, Learner, LearningComponentsMarker, SupervisedTraining};
 use burn_sam::{pass_seed, Sam, SamConfig};
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::{AccumulationConfig, MicroBatch};
@@ -59,25 +56,7 @@ impl<B: Backend> Net<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for Net<B> {
-    type Input = ClassBatch<B>;
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
-        let item = self.forward_classification(batch);
-        let grads = burn_sam_accum::train::scale_loss(item.loss.clone()).backward();
-        TrainOutput::new(self, grads, item)
-    }
-}
-
-impl<B: Backend> InferenceStep for Net<B> {
-    type Input = ClassBatch<B>;
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
-        self.forward_classification(batch)
-    }
-}
+burn_sam_suite::classification_steps!(Net);
 
 /// The same initial weights every time (not the backend's generator, which the runs seed).
 fn net() -> Net<B> {

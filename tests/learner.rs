@@ -130,6 +130,29 @@ fn artifacts_path(name: &str) -> PathBuf {
 
 type Components<LR, O, M = Model> = LearningComponentsMarker<B, LR, M, O>;
 
+/// A model the `Learner` trains here: classification batches in, classification outputs out.
+trait LearnerModel:
+    TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
+    + AutodiffModule<B, InnerModule = Self::Inference>
+    + std::fmt::Display
+    + 'static
+{
+    /// The model without autodiff, which validates.
+    type Inference: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>
+        + Module<Flex>;
+}
+
+impl<M> LearnerModel for M
+where
+    M: TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
+        + AutodiffModule<B>
+        + std::fmt::Display
+        + 'static,
+    M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
+{
+    type Inference = M::InnerModule;
+}
+
 /// Trains `learner` for `epochs` with Burn's file checkpointer (every epoch kept, at full
 /// precision) and returns the model; `strategy` replaces Burn's default one, `resume`
 /// continues from a checkpoint.
@@ -143,11 +166,7 @@ fn run<LR, O, M>(
 ) -> M::InnerModule
 where
     LR: LrScheduler + 'static,
-    M: TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
-        + AutodiffModule<B>
-        + std::fmt::Display
-        + 'static,
-    M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
+    M: LearnerModel,
     O: WindowOptimizer<M, B> + 'static,
 {
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
@@ -166,11 +185,7 @@ fn run_recorded<LR, O, M, FR>(
 ) -> M::InnerModule
 where
     LR: LrScheduler + 'static,
-    M: TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
-        + AutodiffModule<B>
-        + std::fmt::Display
-        + 'static,
-    M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
+    M: LearnerModel,
     O: WindowOptimizer<M, B> + 'static,
     FR: FileRecorder<B> + FileRecorder<Flex> + 'static,
 {

@@ -49,11 +49,7 @@ fn both_paths<M, O>(
     epochs: usize,
 ) -> (End, End)
 where
-    M: Classify
-        + TrainStep<Input = ClassBatch<B>, Output = ClassificationOutput<B>>
-        + std::fmt::Display
-        + 'static,
-    M::InnerModule: InferenceStep<Input = ClassBatch<Flex>, Output = ClassificationOutput<Flex>>,
+    M: Classify + LearnerModel,
     O: WindowOptimizer<M, B> + 'static,
 {
     let learner_optim = optim();
@@ -264,25 +260,7 @@ impl Classify for NormClassifier<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for NormClassifier<B> {
-    type Input = ClassBatch<B>;
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
-        let item = self.forward_classification(batch);
-        let grads = burn_sam_accum::train::scale_loss(item.loss.clone()).backward();
-        TrainOutput::new(self, grads, item)
-    }
-}
-
-impl<B: Backend> InferenceStep for NormClassifier<B> {
-    type Input = ClassBatch<B>;
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
-        self.forward_classification(batch)
-    }
-}
+burn_sam_suite::classification_steps!(NormClassifier);
 
 #[test]
 fn windows_with_batch_norm_equal_the_direct_path() {
