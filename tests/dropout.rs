@@ -188,18 +188,33 @@ fn seeded_passes_draw_one_mask_per_step() {
     );
 
     // A record round trip in the middle continues exactly: the step count is in the record.
+    // SAM, and Momentum-SAM (one pass per step, at its look-ahead).
     let (first, second) = batches.split_at(3);
-    let whole = direct(&mut seeded(0.05, Some(SEED)), net(), &batches);
-    let mut optim = seeded(0.05, Some(SEED));
-    let halfway = direct(&mut optim, net(), first);
-    let record = record_bytes::<B, _>(optim.to_record());
-    let mut resumed = seeded(0.05, Some(SEED)).load_record(load_record::<B, _>(record));
-    let resumed = direct(&mut resumed, halfway, second);
-    assert_eq!(
-        weights(&resumed.valid()),
-        weights(&whole.valid()),
-        "record round trip"
-    );
+    let momentum_sam = || {
+        SamConfig::new()
+            .with_rho(1.0)
+            .with_variant(burn_sam::SamVariant::momentum_sam())
+            .with_pass_seed(Some(SEED))
+            .init(sgd())
+    };
+    let sam = || seeded(0.05, Some(SEED));
+    let optims: [(&str, &dyn Fn() -> Sam<SgdOptim>); 2] =
+        [("SAM", &sam), ("Momentum-SAM", &momentum_sam)];
+    for (what, optim) in optims {
+        let mut uninterrupted = optim();
+        let whole = direct(&mut uninterrupted, net(), &batches);
+        let whole = uninterrupted.unperturbed(whole).valid();
+        // Saved and resumed at `w` (Momentum-SAM's steps hand back its look-ahead).
+        let mut first_half = optim();
+        let halfway = direct(&mut first_half, net(), first);
+        let saved = first_half.unperturbed(halfway);
+        let record = record_bytes::<B, _>(first_half.to_record());
+        let mut resumed = optim().load_record(load_record::<B, _>(record));
+        let at = resumed.look_ahead(saved);
+        let end = direct(&mut resumed, at, second);
+        let end = resumed.unperturbed(end).valid();
+        assert_eq!(weights(&end), weights(&whole), "{what}: record round trip");
+    }
 
     // The Learner's windows of 3 (6 batches: 2 steps an epoch) equal the direct ones.
     let optim = seeded(0.05, Some(SEED));
