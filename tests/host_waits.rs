@@ -13,6 +13,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, GradientsParams, Sgd, SgdConfig};
 use burn::tensor::{Distribution, Tensor};
 use burn_sam::diagnostics::{device_reads, device_syncs};
+use burn_sam::LossScaling;
 use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamVariant};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};

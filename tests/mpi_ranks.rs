@@ -38,6 +38,7 @@ use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::{
     ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
 };
+use burn_sam::LossScaling;
 use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamVariant};
 use burn_sam_accum::train::{Ascent, Ranks, SamTraining};
 use burn_sam_accum::{AccumError, WindowOptimizer};

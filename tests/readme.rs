@@ -136,24 +136,21 @@ fn momentum_sam() -> Result {
         .try_init(sgd.init())?;
 
     for batch in batches {
-        // One pass per step, at the look-ahead w~; `model` comes back at w~.
+        // One pass per step, at the look-ahead w~; `model` comes back at w.
         model = optim
             .step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?
             .module;
     }
-    let weights = optim.unperturbed(model); // evaluate and save these
-                                            // readme-end
+    // readme-end
     let stats = optim.stats();
     assert_eq!(
         (stats.steps, stats.ascents_skipped, stats.updates_skipped),
         (4, 0, 0)
     );
-    // The look-ahead of the next step is away from the weights.
-    let ahead = optim.look_ahead(weights.clone());
-    assert_ne!(
-        ahead.mlp.layers[0].weight.val().into_data(),
-        weights.mlp.layers[0].weight.val().into_data()
-    );
+    // The look-ahead of the next step is away from the weights `model` holds.
+    let weights = model.mlp.layers[0].weight.val().into_data();
+    let ahead = optim.ascend(lr, model, burn::optim::GradientsParams::new())?;
+    assert_ne!(ahead.mlp.layers[0].weight.val().into_data(), weights);
     Ok(())
 }
 

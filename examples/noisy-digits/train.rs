@@ -67,12 +67,10 @@ where
             model = step.expect("a training step").module;
         }
         seconds += start.elapsed().as_secs_f64();
-        // Momentum-SAM hands back its look-ahead: evaluate the weights behind it.
-        let weights = optimizer.optimizer().unperturbed(model.clone());
-        test_accuracy.push(accuracy(&weights.valid(), setup.test, setup.dtype));
+        test_accuracy.push(accuracy(&model.valid(), setup.test, setup.dtype));
         progress(epoch, *test_accuracy.last().unwrap());
     }
-    let weights = optimizer.optimizer().unperturbed(model).valid();
+    let weights = model.valid();
     Run {
         train_accuracy: accuracy(&weights, setup.train, setup.dtype),
         weight_norm: weight_norm(&weights),

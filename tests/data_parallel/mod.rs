@@ -18,6 +18,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
+use burn_sam::LossScaling;
 use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;

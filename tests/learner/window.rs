@@ -96,9 +96,8 @@ where
             module = step.module;
         }
     }
-    let w = accumulation.optimizer().unperturbed(module);
     let direct = End {
-        weights: weights(&w.valid()),
+        weights: weights(&module.valid()),
         loss_scale: scale_of(&accumulation.optimizer().loss_scale_handle()),
     };
     (learner, direct)

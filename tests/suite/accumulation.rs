@@ -7,10 +7,11 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
-use burn_sam::strategy::Phases;
+use burn_sam::strategy::{Passes, Phases, StepLink};
+use burn_sam::LossScaling;
 use burn_sam::{
-    LossScaleHandle, LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam,
-    SamConfig, SamError, SamRecord, SamVariant, StepOutcome,
+    LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam, SamConfig, SamError,
+    SamRecord, SamVariant, StepOutcome,
 };
 use burn_sam_accum::{
     AccumError, Accumulation, AccumulationConfig, Ascent, MicroBatch, Window, WindowOptimizer,
@@ -82,9 +83,7 @@ pub fn micro_batch_gradients_equal_the_union<B: AutodiffBackend>() {
         let micro_batches = split(batch, sizes);
         let mut loss = loss::<B>;
         let mut window = Window::new(&micro_batches, &mut loss).unwrap();
-        let accumulated = window
-            .gradient(&model, &LossScaleHandle::unscaled())
-            .unwrap();
+        let accumulated = window.gradient(&model, &StepLink::plain()).unwrap();
         let error = relative_error(&values(&model, &accumulated), &union);
         assert!(
             error <= accumulation_tolerance::<B>(),
@@ -109,9 +108,7 @@ pub fn micro_batch_gradients_equal_the_union<B: AutodiffBackend>() {
         let mut window = Window::new(micro_batches, &mut loss).unwrap();
         values(
             &model,
-            &window
-                .gradient(&model, &LossScaleHandle::unscaled())
-                .unwrap(),
+            &window.gradient(&model, &StepLink::plain()).unwrap(),
         )
     };
     let error = relative_error(&gradient(&unweighted(&[4, 4])), &union);
@@ -185,7 +182,7 @@ pub fn exact_sam_trajectory_equals_the_large_batch<B: AutodiffBackend>() {
         let mut accumulation = AccumulationConfig::new(3).init(sam());
         let mut model = problem.model.clone();
         for (batch, sizes) in problem.batches.iter().zip(sizes) {
-            let two_passes = accumulation.optimizer().needs_ascent();
+            let two_passes = accumulation.optimizer().passes() == Passes::Two;
             let step = accumulation
                 .step(0.1, model, &split(batch, sizes), loss::<B>)
                 .unwrap();
@@ -537,9 +534,7 @@ pub fn overflow_in_one_micro_batch_skips_the_window<B: AutodiffBackend>() {
     *y = y.clone().mul_scalar(0.0).add_scalar(1e4);
 
     let scaling = LossScalerConfig::new().with_init_scale(256.0);
-    let scale = LossScaledConfig::new(scaling.clone())
-        .init(())
-        .loss_scale_handle();
+    let scale = LossScaledConfig::new(scaling.clone()).init(()).step_link();
     let mut loss_fn = loss::<B>;
     let mut window = Window::new(&overflowing, &mut loss_fn).unwrap();
     let gradient = window.gradient(&model, &scale).unwrap();

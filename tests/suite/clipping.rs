@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
+use burn_sam::LossScaling;
 use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig};
 use burn_sam_accum::{AccumulationConfig, MicroBatch};
 use serde::Deserialize;

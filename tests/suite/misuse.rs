@@ -6,9 +6,8 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use burn_sam::strategy::{Handover, Phases, StepLink};
-use burn_sam::{
-    LossScaleHandle, LossScaledConfig, LossScalerConfig, SamConfig, SamError, SamVariant, StepError,
-};
+use burn_sam::LossScaling;
+use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamError, SamVariant, StepError};
 use burn_sam_suite::{Mlp, MlpConfig};
 
 use super::util::{batch_grads, poison, problem, tensors};
@@ -155,14 +154,16 @@ pub fn unlinked_optimizer_step_is_refused<B: AutodiffBackend>() {
     for words in [
         "Momentum-SAM",
         "look-ahead `w~",
-        "validate and save `w~`",
-        "unperturbed",
+        "SamTraining::strategy",
+        "GradientsParams::new()",
     ] {
         assert!(message.contains(words), "{words:?} not in {message}");
     }
     assert_eq!(msam.stats().steps, 0);
 
-    // Opted in, the same calls train: two per batch for SAM, one for Momentum-SAM.
+    // Opted in, the same calls train: two per batch for SAM; for Momentum-SAM one without
+    // gradients (to `w~`) and one with the gradient there. Gradients for its ascent are
+    // refused, the module handed back.
     let mut sam = sam.step_per_pass();
     let perturbed = sam.step(0.1, model.clone(), batch_grads(&model, batch));
     let stepped = sam.step(0.1, perturbed.clone(), batch_grads(&perturbed, batch));
@@ -170,8 +171,14 @@ pub fn unlinked_optimizer_step_is_refused<B: AutodiffBackend>() {
     assert_ne!(tensors(&stepped), tensors(&model));
     let mut msam = msam.step_per_pass();
     assert!(msam.steps_per_pass());
-    drop(msam.step(0.1, model.clone(), batch_grads(&model, batch)));
+    let refused = msam.ascend(0.1, model.clone(), batch_grads(&model, batch));
+    let refused = refused.expect_err("gradients before the look-ahead");
+    assert_eq!(refused.error, SamError::LookAheadGradients);
+    assert_eq!(tensors(&refused.module), tensors(&model));
+    let ahead = msam.step(0.1, model.clone(), burn::optim::GradientsParams::new());
+    let stepped = msam.step(0.1, ahead.clone(), batch_grads(&ahead, batch));
     assert_eq!(msam.stats().steps, 1);
+    assert_ne!(tensors(&stepped), tensors(&model));
 }
 
 /// A strategy linked to one optimizer that steps another (built from the same config) is
@@ -189,7 +196,7 @@ pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
 
     let mut stepped = config.init(SgdConfig::new().init());
     let linked = config.init(SgdConfig::new().init::<B, Mlp<B>>());
-    let link = StepLink::new(linked.loss_scale_handle());
+    let link = linked.step_link();
     link.hand_over(gradient);
     let message =
         panic_message(|| drop(stepped.step(0.1, model.clone(), batch_grads(&model, batch))));
@@ -200,7 +207,7 @@ pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
     let scaling = LossScalerConfig::new().with_init_scale(64.0);
     let scaled = config.clone().with_loss_scaling(Some(scaling.clone()));
     let linked = scaled.init(SgdConfig::new().init::<B, Mlp<B>>());
-    let link = StepLink::new(linked.loss_scale_handle());
+    let link = linked.step_link();
     let mut stepped = scaled.init(SgdConfig::new().init());
     let mut loss_scaled = LossScaledConfig::new(scaling).init(SgdConfig::new().init());
     let scaled_gradient = Handover::Gradient {
@@ -219,7 +226,7 @@ pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
 
     // The optimizer the link came from, or a clone of it, takes the hand-over.
     let mut optim = config.init(SgdConfig::new().init());
-    let link = StepLink::new(optim.loss_scale_handle());
+    let link = optim.step_link();
     let mut clone = optim.clone();
     link.hand_over(gradient);
     let perturbed = clone.step(0.1, model.clone(), batch_grads(&model, batch));
@@ -230,7 +237,7 @@ pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
 
     // A link to a Burn optimizer (which reads no hand-over) has nothing to check, and leaves
     // nothing in flight: a direct call afterwards is an unlinked one.
-    let plain = StepLink::new(LossScaleHandle::unscaled());
+    let plain = StepLink::plain();
     plain.hand_over(gradient);
     assert_eq!(plain.check_taken(), Ok(()));
     let mut sam = config.init(SgdConfig::new().init());

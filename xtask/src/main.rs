@@ -1,6 +1,8 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
-//! - `ci`: formatting, clippy and the docs with the GPU features, a publish dry run of the
+//! - `house`: the house rules of `crates/` (file and function lengths, the floors of
+//!   ARCHITECTURE.md, no circle of imports).
+//! - `ci`: the house rules, formatting, clippy and the docs with the GPU features, a publish dry run of the
 //!   crates, the README's tests, a crate built from README's dependency lines outside the
 //!   workspace, the Vulkan suite (also fused) when Mesa's lavapipe is installed, and the MPI
 //!   tests when Open MPI is (`.ci/run` installs both and runs this).
@@ -20,6 +22,7 @@
 
 mod backends;
 mod bench;
+mod house;
 mod mpi;
 mod readme_crate;
 
@@ -61,6 +64,7 @@ fn ci() {
         true => format!("{GPU_FEATURES},mpi"),
         false => GPU_FEATURES.to_string(),
     };
+    house();
     let mut times = Vec::new();
     let mut step = |what: &'static str, args: &[&str], env: &[(&str, String)]| {
         let start = std::time::Instant::now();
@@ -178,6 +182,26 @@ fn publish_target_dir() -> PathBuf {
     dir
 }
 
+/// `cargo xtask house`: exits with the broken rules, if any.
+fn house() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let broken = house::check(&root);
+    if !broken.is_empty() {
+        for rule in &broken {
+            eprintln!("{rule}");
+        }
+        fail(&format!(
+            "{} house rules broken (ARCHITECTURE.md says what they are)",
+            broken.len()
+        ));
+    }
+    eprintln!(
+        "house rules hold: no file over {} lines, no fn over {}, no import up a floor, no circle",
+        house::MAX_FILE_LINES,
+        house::MAX_FN_LINES
+    );
+}
+
 /// The features clippy and the docs check every target with: the GPU backends as Burn's
 /// defaults build them (fused), as the GPU check runs them; the Vulkan suite builds them
 /// unfused too.
@@ -188,6 +212,7 @@ fn main() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
         ["ci"] => ci(),
+        ["house"] => house(),
         ["test-gpu"] => backends::test_gpu(),
         ["gpu-bundle"] => backends::gpu_bundle(),
         ["test-vulkan"] => {
@@ -207,7 +232,7 @@ fn main() {
         ["bench", "--backends", list] => bench::bench(&list.split(',').collect::<Vec<_>>()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci | test-gpu | gpu-bundle | test-vulkan | test-mpi | test-tch | reference | bench [--backends flex,ndarray,libtorch,vulkan]>"
+                "usage: cargo xtask <ci | house | test-gpu | gpu-bundle | test-vulkan | test-mpi | test-tch | reference | bench [--backends flex,ndarray,libtorch,vulkan]>"
             );
             exit(2);
         }

@@ -5,10 +5,8 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{GradientsParams, LearningRate, Optimizer, SimpleOptimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::strategy::{guarded_step, or_hand_back};
-use burn_sam::{
-    LossScaleHandle, LossScaled, Sam, SamConfig, ScaledStepReport, StepError, StepReport,
-};
+use burn_sam::strategy::{guarded_step, or_hand_back, StepLink};
+use burn_sam::{LossScaled, LossScaling, Sam, SamConfig, ScaledStepReport, StepError, StepReport};
 
 use crate::ascent::Ascent;
 use crate::error::AccumError;
@@ -41,16 +39,15 @@ pub struct WindowReport {
 /// window.
 ///
 /// Implemented for Burn's optimizers ([`OptimizerAdaptor`]: SGD, Adam, AdamW, ...),
-/// [`LossScaled`] and [`Sam`].
-pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M, B> {
+/// [`LossScaled`] and [`Sam`]; the loss scale and the strategy's link come from
+/// [`LossScaling`].
+pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>:
+    Optimizer<M, B> + LossScaling
+{
     /// Whether `Optimizer::step` takes f32 gradients for parameters narrower than f32 (it
     /// unscales them and steps through master weights); otherwise accumulated gradients are
     /// cast to each parameter's type first.
     const WIDE_GRADIENTS: bool;
-
-    /// The loss scale the gradients must carry, shared with the optimizer as it changes; a
-    /// training strategy's [`StepLink`](burn_sam::strategy::StepLink) is built from it.
-    fn loss_scale_handle(&self) -> LossScaleHandle;
 
     /// SAM's configuration, for a [`Sam`] optimizer: what data-parallel training's local
     /// ascents perturb with.
@@ -58,9 +55,11 @@ pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M
         None
     }
 
-    /// The model to evaluate and save for `module`, a model this optimizer stepped: for
-    /// Momentum-SAM, the weights `w` behind the look-ahead it hands back
-    /// ([`Sam::unperturbed`]); `module` itself for every other optimizer.
+    /// The module itself: every optimizer hands back the weights `w`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "the module a step hands back is `w`: use it as it is"
+    )]
     fn unperturbed(&self, module: M) -> M {
         module
     }
@@ -76,19 +75,19 @@ pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>: Optimizer<M
     ) -> Result<(M, WindowReport), StepError<M, AccumError>>;
 }
 
-/// A step without SAM from the window's gradient (losses scaled through `handle`): what Burn's
+/// A step without SAM from the window's gradient (losses scaled through `link`): what Burn's
 /// optimizers and `LossScaled` share, `step` being each one's guarded step.
 fn guarded_window_step<M, B, T>(
     module: M,
     window: &mut Window<'_, M, T, B>,
-    handle: &LossScaleHandle,
+    link: &StepLink,
     step: impl FnOnce(M, GradientsParams) -> Result<(M, ScaledStepReport), StepError<M>>,
 ) -> Result<(M, WindowReport), StepError<M, AccumError>>
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
 {
-    let grads = or_hand_back!(window.gradient(&module, handle), module);
+    let grads = or_hand_back!(window.gradient(&module, link), module);
     let (module, step) = step(module, grads).map_err(StepError::convert)?;
     let report = WindowReport {
         applied: step.applied,
@@ -108,10 +107,6 @@ where
 {
     const WIDE_GRADIENTS: bool = false;
 
-    fn loss_scale_handle(&self) -> LossScaleHandle {
-        LossScaleHandle::unscaled()
-    }
-
     fn step_window<T>(
         &mut self,
         lr: LearningRate,
@@ -119,8 +114,7 @@ where
         window: &mut Window<'_, M, T, B>,
         _ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
-        let unscaled = LossScaleHandle::unscaled();
-        guarded_window_step(module, window, &unscaled, |module, grads| {
+        guarded_window_step(module, window, &StepLink::plain(), |module, grads| {
             guarded_step(self, lr, module, grads)
         })
     }
@@ -134,10 +128,6 @@ where
 {
     const WIDE_GRADIENTS: bool = true;
 
-    fn loss_scale_handle(&self) -> LossScaleHandle {
-        LossScaled::loss_scale_handle(self)
-    }
-
     fn step_window<T>(
         &mut self,
         lr: LearningRate,
@@ -145,8 +135,8 @@ where
         window: &mut Window<'_, M, T, B>,
         _ascent: Ascent,
     ) -> Result<(M, WindowReport), StepError<M, AccumError>> {
-        let handle = self.loss_scale_handle();
-        guarded_window_step(module, window, &handle, |module, grads| {
+        let link = self.step_link();
+        guarded_window_step(module, window, &link, |module, grads| {
             self.try_step(lr, module, grads)
         })
     }
@@ -160,16 +150,8 @@ where
 {
     const WIDE_GRADIENTS: bool = true;
 
-    fn loss_scale_handle(&self) -> LossScaleHandle {
-        Sam::loss_scale_handle(self)
-    }
-
     fn sam_config(&self) -> Option<&SamConfig> {
         Some(self.config())
-    }
-
-    fn unperturbed(&self, module: M) -> M {
-        Sam::unperturbed(self, module)
     }
 
     fn step_window<T>(

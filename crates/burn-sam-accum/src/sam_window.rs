@@ -2,10 +2,10 @@
 //! per micro-batch (m-sharpness). Every error puts the unperturbed weights back.
 
 use burn::module::AutodiffModule;
-use burn::optim::{LearningRate, Optimizer};
+use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::strategy::{or_hand_back, Phases};
-use burn_sam::{Sam, StepError, StepReport};
+use burn_sam::strategy::{or_hand_back, Passes, Phases};
+use burn_sam::{LossScaling, Sam, StepError, StepReport};
 
 use crate::error::AccumError;
 use crate::grad_sum::WeightedSum;
@@ -28,17 +28,27 @@ where
 {
     /// SAM on the large batch: the ascent with the window's gradient at `w`, the descent with
     /// the window's gradient at `w + e`; a one-pass step (LookSAM) descends with the gradient
-    /// at `w`.
+    /// at `w`, Momentum-SAM's with the gradient at its look-ahead.
     pub fn synced(self, module: M) -> WindowResult<M> {
         let Self { sam, lr, window } = self;
-        let scale = sam.loss_scale_handle();
-        let grads = or_hand_back!(window.gradient(&module, &scale), module);
-        if !sam.needs_ascent() {
-            return sam.descend(lr, module, grads).map_err(StepError::convert);
+        let link = sam.step_link();
+        let passes = sam.passes();
+        let at = match passes {
+            // Momentum-SAM's ascent takes no pass: the window's one gradient is taken at `w~`.
+            Passes::LookAhead => sam.ascend(lr, module, GradientsParams::new()),
+            Passes::One | Passes::Two => Ok(module),
+        };
+        let at = at.map_err(StepError::convert)?;
+        let grads = match window.gradient(&at, &link) {
+            Ok(grads) => grads,
+            Err(error) => return Err(abandon(sam, at, error)),
+        };
+        if passes != Passes::Two {
+            return sam.descend(lr, at, grads).map_err(StepError::convert);
         }
         // An overflowed ascent left the weights at `w`: the descent's read finds it.
-        let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
-        match window.gradient(&perturbed, &scale) {
+        let perturbed = sam.ascend(lr, at, grads).map_err(StepError::convert)?;
+        match window.gradient(&perturbed, &link) {
             Ok(grads) => sam
                 .descend(lr, perturbed, grads)
                 .map_err(StepError::convert),
@@ -51,17 +61,17 @@ where
     pub fn local(self, mut module: M) -> WindowResult<M> {
         let Self { sam, lr, window } = self;
         or_hand_back!(sam.config().variant.check_local_ascent(), module);
-        let scale = sam.loss_scale_handle();
+        let link = sam.step_link();
         let mut descent = WeightedSum::default();
         let last = window.len() - 1;
         let mut index = 0;
         loop {
             // The perturbation divides by the norm: the ascent gradient needs no weight.
-            let grads = or_hand_back!(window.micro_gradient(index, &module, &scale, 1.0), module);
+            let grads = or_hand_back!(window.micro_gradient(index, &module, &link, 1.0), module);
             let perturbed = sam.ascend(lr, module, grads).map_err(StepError::convert)?;
             let weight = window.weight(index);
             let added = window
-                .micro_gradient(index, &perturbed, &scale, weight)
+                .micro_gradient(index, &perturbed, &link, weight)
                 .and_then(|grads| Ok(descent.add(&perturbed, grads, 1.0)?));
             if let Err(error) = added {
                 return Err(abandon(sam, perturbed, error));
@@ -77,7 +87,7 @@ where
     }
 }
 
-/// Ends a step that failed between its passes: the weights go back to `w`.
+/// Ends a step that failed after its ascent (if any): the weights go back to `w`.
 fn abandon<O, M, B>(sam: &mut Sam<O>, perturbed: M, error: AccumError) -> StepError<M, AccumError>
 where
     M: AutodiffModule<B>,

@@ -4,8 +4,7 @@ use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
-use burn_sam::strategy::widen;
-use burn_sam::LossScaleHandle;
+use burn_sam::strategy::{widen, StepLink};
 
 use crate::error::AccumError;
 use crate::grad_sum::WeightedSum;
@@ -91,36 +90,32 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
     }
 
     /// The window's gradient at `module`, `sum_i w_i grad L_i`, with every loss scaled through
-    /// `scale` (the optimizer's [`LossScaleHandle`]) and weighted before its backward pass.
+    /// `link` (the optimizer's [`StepLink`]) and weighted before its backward pass.
     /// Accumulated in f32 (f64 for f64 gradients); a window of one micro-batch gives its
     /// gradient as it came.
-    pub fn gradient(
-        &mut self,
-        module: &M,
-        scale: &LossScaleHandle,
-    ) -> Result<GradientsParams, AccumError> {
+    pub fn gradient(&mut self, module: &M, link: &StepLink) -> Result<GradientsParams, AccumError> {
         let mut sum = WeightedSum::default();
         for index in 0..self.len() {
             // Weighted before the backward pass, as `loss / window` is in PyTorch: what flows
             // through f16 layers is no larger than the window's mean gradient.
-            let grads = self.micro_gradient(index, module, scale, self.weights[index])?;
+            let grads = self.micro_gradient(index, module, link, self.weights[index])?;
             sum.add(module, grads, 1.0)?;
         }
         Ok(sum.into_grads())
     }
 
-    /// The gradient of `weight` times micro-batch `index`'s loss, scaled through `scale`, at
+    /// The gradient of `weight` times micro-batch `index`'s loss, scaled through `link`, at
     /// `module`, in the parameters' float type; an error when the loss does not depend on
     /// `module`.
     pub fn micro_gradient(
         &mut self,
         index: usize,
         module: &M,
-        scale: &LossScaleHandle,
+        link: &StepLink,
         weight: f64,
     ) -> Result<GradientsParams, AccumError> {
         // Each pass of a micro-batch draws the same random numbers, where SAM seeds them.
-        scale.seed_pass(module, index);
+        link.seed_pass(module, index);
         let loss = (self.loss)(module, &self.batches[index].data);
         if index == self.evaluated {
             let term = widen(loss.clone().detach()).mul_scalar(self.weights[index]);
@@ -130,7 +125,7 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
             });
             self.evaluated += 1;
         }
-        let loss = weighted(scale.scale_loss(widen(loss)), weight);
+        let loss = weighted(link.loss_scale().scale_loss(widen(loss)), weight);
         let grads = GradientsParams::from_grads(loss.backward(), module);
         if grads.is_empty() {
             return Err(AccumError::LossWithoutModule { index });

@@ -155,6 +155,9 @@ pub enum SamError {
     /// `ascend` was called on a step that takes one pass (LookSAM between its full steps):
     /// call `descend` with the gradient at the unperturbed weights ([`Sam::needs_ascent`](crate::Sam::needs_ascent)).
     SinglePassStep,
+    /// Momentum-SAM's ascent got gradients: it takes no pass, moving to its look-ahead along
+    /// its momentum ([`Passes::LookAhead`](crate::strategy::Passes::LookAhead)).
+    LookAheadGradients,
     /// Local ascents (a perturbation per micro-batch or per replica, each from its own
     /// gradient: burn-sam-accum's `Ascent::Local`, a strategy's
     /// [`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent)) with a variant
@@ -183,8 +186,7 @@ pub enum SamError {
     UnlinkedStep {
         /// The variant's name.
         variant: &'static str,
-        /// Whether the variant hands back its look-ahead `w~` rather than the weights
-        /// (Momentum-SAM).
+        /// Whether the variant's pass is taken at its look-ahead `w~` (Momentum-SAM).
         look_ahead: bool,
     },
     /// A training strategy handed a step over to the optimizer it holds a link to, and another
@@ -251,6 +253,12 @@ impl fmt::Display for SamError {
                  `descend` with the gradient at the unperturbed weights; `needs_ascent` \
                  says which steps take two passes"
             ),
+            Self::LookAheadGradients => f.write_str(
+                "Momentum-SAM's ascent takes no pass: it moves the weights to their look-ahead \
+                 `w~` along the momentum. Call `ascend` with `GradientsParams::new()`, take the \
+                 step's one pass at the module it returns, and `descend` with that gradient \
+                 (`Sam::passes` is `Passes::LookAhead`)"
+            ),
             Self::LocalAscentVariant { variant } => write!(
                 f,
                 "{variant} cannot take local ascents (each micro-batch or replica perturbed by \
@@ -306,14 +314,15 @@ fn unlinked_step(f: &mut fmt::Formatter<'_>, variant: &str, look_ahead: bool) ->
         true => write!(
             f,
             "`Sam` ({variant}) was stepped through `Optimizer::step` by code that is not a SAM \
-             training strategy, such as Burn's default `Learner` strategy: each such step \
-             hands back the model at its look-ahead `w~ = w - rho * v / ||v||`, not at the \
-             weights `w`, so the strategy would validate and save `w~`. In a `Learner`, \
-             add `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(\
-             device, &optim))` with the `optim` you give `Learner::new` (its model stays at \
-             `w`); in a loop of your own, use `Sam::step_with` and evaluate and save \
-             `optim.unperturbed(model)`, the weights `w`. Code that calls `Optimizer::step` \
-             itself opts in with `Sam::step_per_pass()` and does the same"
+             training strategy, such as Burn's default `Learner` strategy, which takes each \
+             batch's pass at the weights `w`: {variant}'s one pass belongs at its look-ahead \
+             `w~ = w - rho * v / ||v||`, which the step's first call, with no gradients, moves \
+             to. In a `Learner`, add \
+             `.with_training_strategy(burn_sam_accum::train::SamTraining::strategy(device, \
+             &optim))` with the `optim` you give `Learner::new`; in a loop of your own, use \
+             `Sam::step_with` or `Sam::ascend`/`Sam::descend`. Code that calls \
+             `Optimizer::step` itself opts in with `Sam::step_per_pass()`: a first call with \
+             `GradientsParams::new()` returns `w~`, the second, with the gradient there, `w`"
         ),
     }
 }

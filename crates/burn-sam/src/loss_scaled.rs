@@ -1,16 +1,15 @@
 use burn::config::Config;
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::backend::AutodiffBackend;
 
+use crate::channel::{Call, Channel, StepLink};
 use crate::config::{max_grad_norm_ok, MAX_GRAD_NORM};
 use crate::error::ConfigError;
 use crate::hand_back::StepError;
-use crate::handle::LossScaleHandle;
+use crate::loss_scaling::LossScaling;
 use crate::merge::merge_devices;
 use crate::precision::{MixedPrecision, MixedPrecisionRecord, ScaledStepReport};
-use crate::protocol::check_handed_scale;
 use crate::scaler::LossScalerConfig;
 
 /// Configuration of [`LossScaled`]: loss scaling and f32 master weights for any Burn
@@ -51,12 +50,13 @@ impl LossScaledConfig {
         Ok(LossScaled {
             base,
             precision: precision.with_max_grad_norm(self.max_grad_norm),
+            channel: Channel::new(),
         })
     }
 }
 
 /// Mixed-precision training for any Burn optimizer: scale the loss with
-/// [`LossScaled::scale_loss`] before `backward`, then `step` as usual. Each step checks the
+/// [`LossScaling::scale_loss`] before `backward`, then `step` as usual. Each step checks the
 /// gradients once (one device read); on overflow it skips the update, leaving weights and
 /// optimizer state untouched, and backs the scale off; otherwise it unscales the gradients
 /// in f32 and steps, through f32 master weights for f16/bf16 parameters.
@@ -66,7 +66,7 @@ impl LossScaledConfig {
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 /// use burn::tensor::Tensor;
-/// use burn_sam::{LossScaledConfig, LossScalerConfig};
+/// use burn_sam::{LossScaledConfig, LossScalerConfig, LossScaling};
 ///
 /// type B = Autodiff<Flex>;
 /// let device = Default::default();
@@ -80,28 +80,13 @@ impl LossScaledConfig {
 pub struct LossScaled<O> {
     base: O,
     precision: MixedPrecision,
+    channel: Channel,
 }
 
 impl<O> LossScaled<O> {
     /// The wrapped base optimizer.
     pub fn base(&self) -> &O {
         &self.base
-    }
-
-    /// The current loss scale.
-    pub fn loss_scale(&self) -> f32 {
-        self.precision.loss_scale()
-    }
-
-    /// A shared view of the loss scale and overflows that follows this optimizer's updates,
-    /// for code that computes its gradients without holding it.
-    pub fn loss_scale_handle(&self) -> LossScaleHandle {
-        self.precision.handle().clone()
-    }
-
-    /// `loss * scale`, in f32: call `backward` on this.
-    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        self.precision.handle().scale_loss(loss)
     }
 
     /// One step with gradients of the scaled loss, reporting what happened. An error, with the
@@ -118,16 +103,37 @@ impl<O> LossScaled<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let (module, report) = self
-            .precision
-            .guarded_step(&mut self.base, lr, module, grads)?;
+        self.step_as(lr, module, grads, Call::Direct)
+    }
+
+    fn step_as<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        call: Call,
+    ) -> Result<(M, ScaledStepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let (module, report) =
+            self.precision
+                .guarded_step(&mut self.base, lr, module, grads, call)?;
         or_hand_back!(self.precision.update(!report.applied), module);
         Ok((module, report))
     }
 }
 
+impl<O> LossScaling for LossScaled<O> {
+    fn step_link(&self) -> StepLink {
+        StepLink::new(self.precision.handle().clone(), self.channel.clone())
+    }
+}
+
 /// A training strategy's hand-over ([`Handover`](crate::strategy::Handover)) vouches for the
-/// scale of the gradients instead of [`LossScaled::scale_loss`]; each kind is one step.
+/// scale of the gradients instead of [`LossScaling::scale_loss`]; each kind is one step.
 ///
 /// # Panics
 /// On foreign gradients, gradients of an unscaled loss, a call made while a strategy's
@@ -143,16 +149,9 @@ where
     type Record = (O::Record, MixedPrecisionRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        let handover = self.precision.handle().take_handover();
-        let handover = handover.unwrap_or_else(|error| panic!("{error}"));
-        if let Some(handover) = handover {
-            let expected = Some(self.loss_scale());
-            if let Err(error) = check_handed_scale(handover.loss_scale(), expected) {
-                panic!("{error}");
-            }
-            self.precision.handle().vouch_scaled();
-        }
-        match self.try_step(lr, module, grads) {
+        let call = self.channel.accept(Some(self.precision.loss_scale()));
+        let call = call.unwrap_or_else(|error| panic!("{error}"));
+        match self.step_as(lr, module, grads, call) {
             Ok((module, _)) => module,
             Err(error) => panic!("{error}"),
         }

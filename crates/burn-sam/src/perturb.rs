@@ -1,5 +1,5 @@
-//! SAM's move to `w + e(w)`, which keeps every float tensor of the module, and the exact
-//! restore from what it kept.
+//! SAM's move to `w + e(w)` and Momentum-SAM's to `w~`, each keeping every float tensor of
+//! the module, and the exact restore from what they kept.
 
 use std::collections::HashSet;
 
@@ -120,14 +120,11 @@ where
     })
 }
 
-/// Momentum-SAM's look-ahead: moves every parameter with a momentum in `momentum` from `w`
-/// to `w - rho * v / (||v|| + 1e-12)` (the norm global, kept on the device: no read), and
-/// returns the moved module with the weights it moved, `None` without a momentum.
-pub(crate) fn look_ahead_by<M, B>(
-    module: M,
-    momentum: &ParamState<f64>,
-    rho: f64,
-) -> (M, Option<ParamMap>)
+/// Momentum-SAM's look-ahead, its ascent without a pass: moves every parameter with a
+/// momentum in `momentum` from `w` to `w - rho * v / (||v|| + 1e-12)` (the norm global, kept
+/// on the device: no read), and returns the moved module with every float tensor it had
+/// before (before the first step, without a momentum, nothing moves).
+pub(crate) fn look_ahead_by<M, B>(module: M, momentum: &ParamState<f64>, rho: f64) -> (M, ParamMap)
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
@@ -148,19 +145,19 @@ where
         sum: GlobalSum::default(),
     };
     module.visit(&mut norm);
-    let Some(squares) = norm.sum.finish() else {
-        return (module, None);
-    };
     // Negative: `w + (-s v)` is bitwise `w - s v`, with the new buffer on the left, where
     // backends add in place (NdArray and Flex subtract from a shared `w` more slowly).
-    let scale = squares.sqrt().add_scalar(1e-12).recip().mul_scalar(-rho);
+    let scale = norm
+        .sum
+        .finish()
+        .map(|squares| Broadcast::new(squares.sqrt().add_scalar(1e-12).recip().mul_scalar(-rho)));
     let mut look_ahead = LookAhead {
         momentum,
-        scale: Broadcast::new(scale),
+        scale,
         snapshot: ParamMap::default(),
     };
     let module = module.map(&mut look_ahead);
-    (module, Some(look_ahead.snapshot))
+    (module, look_ahead.snapshot)
 }
 
 /// The momentum of `id`, shaped like `weight`, in the widened float type.
@@ -175,23 +172,25 @@ fn momentum_of<B: Backend, const D: usize>(
 
 struct LookAhead<'a, B: Backend> {
     momentum: &'a ParamState<f64>,
-    /// `-rho / (||v|| + 1e-12)`.
-    scale: Broadcast<B>,
+    /// `-rho / (||v|| + 1e-12)`; `None` without a momentum.
+    scale: Option<Broadcast<B>>,
     snapshot: ParamMap,
 }
 
 impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
+        self.snapshot.insert(id, tensor.clone());
         let weight = tensor.clone().inner();
-        let Some(v) = momentum_of(self.momentum, &weight, id) else {
+        let dtype = weight.dtype();
+        let moved = self.scale.as_mut().and_then(|scale| {
+            let v = momentum_of(self.momentum, &weight, id)?;
+            Some((v * scale.get() + widen(weight)).cast(dtype))
+        });
+        let Some(moved) = moved else {
             return Param::from_mapped_value(id, tensor, mapper);
         };
         let require_grad = tensor.is_require_grad();
-        let dtype = weight.dtype();
-        self.snapshot.insert(id, tensor);
-        let step = v * self.scale.get();
-        let moved = (step + widen(weight)).cast(dtype);
         Param::from_mapped_value(id, tracked(Tensor::from_inner(moved), require_grad), mapper)
     }
 }
@@ -237,30 +236,6 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
         );
         Param::from_mapped_value(id, tensor, mapper)
     }
-}
-
-/// The float tensors of `module` whose ids are in `ids`, as a snapshot for [`Restore`].
-pub(crate) fn kept_tensors<B: AutodiffBackend, M: AutodiffModule<B>>(
-    module: &M,
-    ids: &[ParamId],
-) -> ParamMap {
-    struct Keep<'a> {
-        ids: &'a [ParamId],
-        kept: ParamMap,
-    }
-    impl<B: Backend> ModuleVisitor<B> for Keep<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if self.ids.contains(&param.id) {
-                self.kept.insert(param.id, param.val());
-            }
-        }
-    }
-    let mut keep = Keep {
-        ids,
-        kept: ParamMap::default(),
-    };
-    module.visit(&mut keep);
-    keep.kept
 }
 
 /// Whether every float tensor of a module is in the snapshot with the same type.

@@ -11,6 +11,7 @@ use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 
+use crate::channel::Call;
 use crate::diagnostics::{closing_sync, launched, sync};
 use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
@@ -92,22 +93,23 @@ impl MixedPrecision {
         &self.handle
     }
 
-    /// Refused when loss scaling is on and no loss was scaled (or vouched for by a strategy's
-    /// hand-over) since the last check: the gradients would be off by the scale.
-    pub fn check_scaled(&self) -> Result<(), SamError> {
-        match self.scaler.is_some() && !self.handle.take_loss_scaled() {
+    /// Refused when loss scaling is on and nothing vouches for the gradients' scale: a direct
+    /// call needs a loss scaled through the optimizer since the last check (a strategy's
+    /// accepted hand-over vouches itself); the gradients would be off by the scale.
+    pub fn check_scaled(&self, call: Call) -> Result<(), SamError> {
+        let scaled = self.handle.take_loss_scaled() || matches!(call, Call::Handed(_));
+        match self.scaler.is_some() && !scaled {
             true => Err(SamError::UnscaledLoss),
             false => Ok(()),
         }
     }
 
-    /// The unscaled global norm of `grads`, once [`MixedPrecision::check_scaled`] passes.
+    /// The unscaled global norm of `grads`.
     pub fn grad_norm<M, B>(&self, module: &M, grads: &GradientsParams) -> Result<f64, SamError>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
-        self.check_scaled()?;
         unscaled_norm(module, grads, None, self.loss_scale(), None)
     }
 
@@ -121,7 +123,6 @@ impl MixedPrecision {
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
-        self.check_scaled()?;
         squared_sum(module, grads, None, None)
     }
 
@@ -175,13 +176,15 @@ impl MixedPrecision {
         (module, true)
     }
 
-    /// [`MixedPrecision::grad_norm`], then [`MixedPrecision::step_if_finite`]: no scale update.
+    /// [`MixedPrecision::check_scaled`] for `call`, [`MixedPrecision::grad_norm`], then
+    /// [`MixedPrecision::step_if_finite`]: no scale update.
     pub fn guarded_step<M, B, O>(
         &mut self,
         base: &mut O,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
+        call: Call,
     ) -> Result<(M, ScaledStepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
@@ -189,6 +192,7 @@ impl MixedPrecision {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
+        or_hand_back!(self.check_scaled(call), module);
         let grad_norm = or_hand_back!(self.grad_norm(&module, &grads), module);
         let (module, applied) = self.step_if_finite(base, lr, module, grads, grad_norm);
         let report = ScaledStepReport {
@@ -271,7 +275,7 @@ where
     B: AutodiffBackend,
     O: Optimizer<M, B>,
 {
-    MixedPrecision::new(None, false).guarded_step(base, lr, module, grads)
+    MixedPrecision::new(None, false).guarded_step(base, lr, module, grads, Call::Direct)
 }
 
 /// What `clip_grad_norm_` multiplies gradients of global norm `norm` by: `max / (norm +

@@ -10,8 +10,8 @@ pub enum Passes {
     One,
     /// Two: SAM's ascent at `w`, then its descent at `w + e`.
     Two,
-    /// One, at the model [`StepLink::look_ahead`](crate::strategy::StepLink::look_ahead)
-    /// moves (Momentum-SAM's `w~`); the module `Optimizer::step` gets stays at `w`.
+    /// One, at the look-ahead `w~` (Momentum-SAM): the ascent, without gradients, moves the
+    /// model there; the descent from the gradient at `w~` steps `w`.
     LookAhead,
 }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use burn::tensor::Device;
 use burn::train::{LearningComponentsTypes, TrainingModel, TrainingStrategy};
-use burn_sam::strategy::StepLink;
 use burn_sam::ConfigError;
+use burn_sam::LossScaling;
 
 #[cfg(feature = "mpi")]
 use super::peers;
@@ -32,7 +32,7 @@ where
             replicas: Replicas::new(vec![device]),
             ascent: Ascent::Synced,
             sam: optim.sam_config().cloned(),
-            link: StepLink::new(optim.loss_scale_handle()),
+            link: optim.step_link(),
             window: None,
             items: None,
         }
@@ -84,7 +84,7 @@ where
             replicas: Replicas::new(devices),
             ascent,
             sam: optim.sam_config().cloned(),
-            link: StepLink::new(optim.loss_scale_handle()),
+            link: optim.step_link(),
             window: None,
             items: None,
         })

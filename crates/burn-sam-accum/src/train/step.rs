@@ -38,8 +38,7 @@ where
         loss_scale: Option<f32>,
         local: LocalAscent<'_>,
     ) -> (GradientsParams, Vec<Vec<Output<LC>>>) {
-        // Momentum-SAM's passes run at its look-ahead; the learner's model stays at `w`.
-        let model = self.link.look_ahead(learner.model());
+        let model = learner.model();
         let combined = self
             .replicas
             .gradient(&model, shards, weights, loss_scale, local, &self.link);
@@ -74,6 +73,13 @@ where
             report(outputs);
             self.step_linked(learner, grads, Handover::LocalDescent { loss_scale });
             return;
+        }
+        if next.passes == Passes::LookAhead {
+            // Momentum-SAM's ascent takes no pass: the learner's model moves to `w~`.
+            let handover = Handover::Gradient {
+                loss_scale: next.loss_scale,
+            };
+            self.step_linked(learner, GradientsParams::new(), handover);
         }
         let passes = next.passes.count();
         let mut first = None;

@@ -84,11 +84,10 @@ impl FamilyRules {
         }
     }
 
-    /// False on LookSAM's steps between full ones: they take one pass.
+    /// False on LookSAM's steps between full ones: they take one pass and no ascent.
     pub fn needs_ascent(&self) -> bool {
         match self.variant {
             SamVariant::LookSam { k, .. } => self.cycle.is_multiple_of(k as u64),
-            SamVariant::MomentumSam { .. } => false,
             _ => true,
         }
     }
@@ -110,10 +109,6 @@ impl FamilyRules {
     /// The radius of Momentum-SAM's look-ahead, set by each applied step.
     pub fn look_ahead_rho(&self) -> f64 {
         self.rho
-    }
-
-    pub fn set_look_ahead_rho(&mut self, rho: f64) {
-        self.rho = rho;
     }
 
     /// The ascent's direction from its gradient `grads`: `g - sigma * S * m` for Friendly-SAM
@@ -166,10 +161,14 @@ impl FamilyRules {
         })
     }
 
-    /// Keeps the state the ascent computed, once its step is applied: a skipped step leaves
+    /// Keeps what a step computed once it is applied: the ascent's state and, for
+    /// Momentum-SAM, `rho` (the step's radius) as its next look-ahead's. A skipped step leaves
     /// the variant's state as it was, like the base optimizer's.
-    pub fn commit_ascent(&mut self, ascent_state: ParamState<f64>) {
+    pub fn commit(&mut self, ascent_state: ParamState<f64>, rho: f64) {
         self.state.extend(ascent_state);
+        if matches!(self.variant, SamVariant::MomentumSam { .. }) {
+            self.rho = rho;
+        }
     }
 
     /// The gradient the base optimizer steps with, from the finite descent gradient `grads`

@@ -1,26 +1,26 @@
 //! [`Sam`]: the optimizer a user holds, its configuration's `init`, and what it reports. The
-//! phases of a step are in `phases`, Momentum-SAM's look-ahead in `look_ahead`, and the
-//! `Optimizer` implementation that strategies and Burn's `Learner` call in `optimizer`.
+//! phases of a step are in `phases`, what the ascent leaves for the descent in `pending`, and
+//! the `Optimizer` implementation that strategies and Burn's `Learner` call in `optimizer`.
 
-mod look_ahead;
 mod optimizer;
+mod pending;
 mod phases;
 mod report;
 
-use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
 
+use crate::channel::{Channel, StepLink};
 use crate::config::SamConfig;
 use crate::error::{ConfigError, SamError};
 use crate::family::FamilyRules;
-use crate::handle::LossScaleHandle;
 use crate::label::{check_resume, Resume};
-use crate::param_map::ParamMap;
+use crate::loss_scaling::LossScaling;
 use crate::precision::MixedPrecision;
+use crate::protocol::Passes;
 use crate::scaler::LossScalerConfig;
-use crate::variant::SamVariant;
 
-use phases::Pending;
+use pending::Pending;
 pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
@@ -29,7 +29,13 @@ pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepR
 /// Each batch takes two passes. The ascent moves the weights `w` to `w + e(w)` and keeps `w`;
 /// the descent puts `w` back and lets `O` step it with the gradient taken at `w + e(w)`.
 /// LookSAM's steps between its full ones take one pass ([`Sam::needs_ascent`] is false): the
-/// descent alone, with the gradient at `w`.
+/// descent alone, with the gradient at `w`. Momentum-SAM's ascent takes no pass: it moves to
+/// its look-ahead `w~`, where its one pass is taken ([`Sam::passes`]).
+///
+/// Between steps the module is always at `w`, for every variant and every way of driving
+/// it: what you evaluate, validate or save after a step is the model itself. An error, and
+/// a skipped step, hand back the weights the step started from
+/// ([`StepError`](crate::StepError)).
 ///
 /// Three ways to drive it:
 /// - [`Sam::step_with`]: one call that runs the step's passes with a loss closure.
@@ -45,13 +51,13 @@ pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepR
 /// or data-parallel over several with `SamTraining::data_parallel`), built from the optimizer
 /// the `Learner` gets. Burn's own strategies (`ExecutionStrategy::SingleDevice` or
 /// `MultiDevice`) call `step` once per batch, so `Sam` would ascend on one batch and descend
-/// with the next one's gradient (Momentum-SAM: the `Learner` would validate and save its
-/// look-ahead `w~`): their first `step` panics with [`SamError::UnlinkedStep`], naming the
-/// fix.
+/// with the next one's gradient (Momentum-SAM: take its pass at `w` instead of `w~`): their
+/// first `step` panics with
+/// [`SamError::UnlinkedStep`], naming the fix.
 ///
 /// With loss scaling on, every phase needs the gradients of a loss scaled by this optimizer
-/// ([`Sam::scale_loss`], or the [`LossScaleHandle`]'s): a phase whose loss nobody scaled is
-/// refused with [`SamError::UnscaledLoss`].
+/// ([`LossScaling::scale_loss`], or the [`LossScaleHandle`](crate::LossScaleHandle)'s): a
+/// phase whose loss nobody scaled is refused with [`SamError::UnscaledLoss`].
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
@@ -79,8 +85,7 @@ pub struct Sam<O> {
     stats: SamStats,
     precision: MixedPrecision,
     family: FamilyRules,
-    /// Momentum-SAM: the weights `w` of the module last handed out at `w~`.
-    look_ahead: Option<ParamMap>,
+    channel: Channel,
     /// `Optimizer::step` without a strategy's hand-over is the caller's own pass loop.
     step_per_pass: bool,
 }
@@ -94,7 +99,7 @@ impl<O> Sam<O> {
             pending: None,
             stats: SamStats::default(),
             precision,
-            look_ahead: None,
+            channel: Channel::new(),
             step_per_pass: false,
         };
         sam.publish_passes();
@@ -104,8 +109,8 @@ impl<O> Sam<O> {
     /// Opts in to `Optimizer::step` without a training strategy, for code generic over Burn's
     /// optimizers that runs a forward and backward pass on the same batch before each call:
     /// two calls per batch (ascent, then descent), one where [`Sam::needs_ascent`] is false.
-    /// Momentum-SAM's `step` hands back its look-ahead `w~`: evaluate and save
-    /// [`Sam::unperturbed`].
+    /// Momentum-SAM's first call takes no gradients (`GradientsParams::new()`, no pass) and
+    /// hands back its look-ahead `w~`, where the pass for the second call is taken.
     ///
     /// Without it, such a call panics with [`SamError::UnlinkedStep`]: Burn's default `Learner`
     /// strategy makes it once per batch, which is not SAM. A training strategy
@@ -173,27 +178,19 @@ impl<O> Sam<O> {
         self.step_per_pass
     }
 
-    /// Whether this step takes SAM's two passes (ascend, then descend): false on LookSAM's
-    /// steps between its full ones, which take one pass, straight to [`Sam::descend`].
+    /// Whether this step starts with [`Sam::ascend`]: false on LookSAM's steps between its
+    /// full ones, which take one pass, straight to [`Sam::descend`], and while an ascent
+    /// waits for its descent.
     pub fn needs_ascent(&self) -> bool {
         self.pending.is_none() && self.family.needs_ascent()
     }
 
-    /// The current loss scale, 1 without loss scaling.
-    pub fn loss_scale(&self) -> f32 {
-        self.precision.loss_scale()
-    }
-
-    /// A shared view of the loss scale and overflows that follows this optimizer's updates,
-    /// for code that computes its gradients without holding it.
-    pub fn loss_scale_handle(&self) -> LossScaleHandle {
-        self.precision.handle().clone()
-    }
-
-    /// `loss * scale` in f32, to call `backward` on when driving the phases yourself; the loss
-    /// unchanged without loss scaling. [`Sam::step_with`] does this for you.
-    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        self.precision.handle().scale_loss(loss)
+    /// The passes the next step takes: [`Passes::Two`] (ascend from the gradient at `w`,
+    /// descend from the one at `w + e`), [`Passes::One`] (LookSAM between its full steps:
+    /// descend from the gradient at `w`) or [`Passes::LookAhead`] (Momentum-SAM: ascend with
+    /// no gradients, descend from the gradient at the `w~` it returned).
+    pub fn passes(&self) -> Passes {
+        self.family.passes()
     }
 
     /// The configuration.
@@ -211,26 +208,41 @@ impl<O> Sam<O> {
         self.stats
     }
 
-    /// Tells strategies how many passes the next step takes, and Momentum-SAM's look-ahead.
-    fn publish_passes(&self) {
-        let handle = self.precision.handle();
-        let pass_seed = self.config.pass_seed.map(|seed| (seed, self.stats.steps));
-        handle.publish_passes(self.family.passes(), pass_seed);
-        if self.is_momentum_sam() {
-            let rho = self.family.look_ahead_rho();
-            handle.publish_look_ahead(Some((self.family.momentum().clone(), rho)));
-        }
+    /// The module itself: between steps every variant's module is at `w`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "the module a step hands back is `w`: use it as it is"
+    )]
+    pub fn unperturbed<M: AutodiffModule<B>, B: AutodiffBackend>(&self, module: M) -> M {
+        module
     }
 
-    fn is_momentum_sam(&self) -> bool {
-        matches!(self.config.variant, SamVariant::MomentumSam { .. })
+    /// The module itself: Momentum-SAM moves to its look-ahead inside each step.
+    #[deprecated(
+        since = "0.2.0",
+        note = "each Momentum-SAM step looks ahead itself, after a resume too: remove the call"
+    )]
+    pub fn look_ahead<M: AutodiffModule<B>, B: AutodiffBackend>(&mut self, module: M) -> M {
+        module
+    }
+
+    /// Tells strategies how many passes the next step takes, and their seed.
+    fn publish_passes(&self) {
+        let pass_seed = self.config.pass_seed.map(|seed| (seed, self.stats.steps));
+        self.channel.publish_passes(self.family.passes(), pass_seed);
     }
 
     fn unlinked_step(&self) -> SamError {
         SamError::UnlinkedStep {
             variant: self.config.variant.name(),
-            look_ahead: self.is_momentum_sam(),
+            look_ahead: self.family.passes() == Passes::LookAhead,
         }
+    }
+}
+
+impl<O> LossScaling for Sam<O> {
+    fn step_link(&self) -> StepLink {
+        StepLink::new(self.precision.handle().clone(), self.channel.clone())
     }
 }
 
@@ -241,7 +253,7 @@ impl<O> core::fmt::Debug for Sam<O> {
             .field("base", &core::any::type_name::<O>())
             .field("perturbed", &self.pending.is_some())
             .field("stats", &self.stats)
-            .field("loss_scale", &self.loss_scale())
+            .field("loss_scale", &self.precision.loss_scale())
             .finish()
     }
 }

@@ -5,24 +5,23 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::phases::{At, Descent};
+use super::pending::Descent;
 use super::{Sam, SamRecord};
+use crate::channel::Call;
 use crate::error::SamError;
 use crate::family::VariantRecord;
 use crate::hand_back::StepError;
 use crate::label::{Resume, SamRecordLabel};
 use crate::merge::merge_devices;
-use crate::protocol::{check_handed_scale, Handover};
+use crate::protocol::Handover;
 
 /// What one `Optimizer::step` call is, decided before it runs ([`Sam::phase`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
-    /// [`Sam::ascend`].
+    /// [`Sam::ascend`] (Momentum-SAM's: with no gradients, to its look-ahead).
     Ascent,
-    /// [`Sam::descend`]: after an ascent, a one-pass step, or Momentum-SAM's direct step.
+    /// [`Sam::descend`]: after an ascent, or a one-pass step.
     Descent,
-    /// Momentum-SAM's step under a strategy, which holds the model at `w`.
-    LookAheadAtWeights,
     /// Data-parallel SAM with local ascents ([`Handover::LocalDescent`]): each replica moved
     /// its own copy of the module with its own gradient, and the gradients are the
     /// combination of the replicas' gradients at their perturbed weights. Steps the module,
@@ -31,22 +30,19 @@ pub(super) enum Phase {
 }
 
 impl<O> Sam<O> {
-    /// The phase a `step` call with `handover` (`None`: a direct call) is, or why the call is
-    /// refused. A strategy's scale must be the optimizer's; a direct call needs
-    /// [`Sam::step_per_pass`] and then alternates ascent and descent; local descents are
-    /// SAM's alone, and never while an ascent waits.
-    pub(super) fn phase(&self, handover: Option<Handover>) -> Result<Phase, SamError> {
-        let Some(handover) = handover else {
+    /// The phase an accepted `step` call is, or why the call is refused: a direct call needs
+    /// [`Sam::step_per_pass`] and then alternates ascent and descent, as a strategy's
+    /// gradient hand-overs do; local descents are SAM's alone, and never while an ascent
+    /// waits.
+    pub(super) fn phase(&self, call: Call) -> Result<Phase, SamError> {
+        let Call::Handed(handover) = call else {
             return match (self.step_per_pass, self.needs_ascent()) {
                 (false, _) => Err(self.unlinked_step()),
                 (true, true) => Ok(Phase::Ascent),
                 (true, false) => Ok(Phase::Descent),
             };
         };
-        let expected = self.precision.scaler().map(|_| self.loss_scale());
-        check_handed_scale(handover.loss_scale(), expected)?;
         match handover {
-            Handover::Gradient { .. } if self.is_momentum_sam() => Ok(Phase::LookAheadAtWeights),
             Handover::Gradient { .. } if self.needs_ascent() => Ok(Phase::Ascent),
             Handover::Gradient { .. } => Ok(Phase::Descent),
             Handover::LocalDescent { .. } if self.pending.is_some() => Err(SamError::AscentPending),
@@ -57,24 +53,24 @@ impl<O> Sam<O> {
         }
     }
 
-    /// Runs `phase`.
+    /// Runs the phase of `call`.
     fn run_phase<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        phase: Phase,
+        call: Call,
     ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
+        let phase = or_hand_back!(self.phase(call), module);
         let stepped = match phase {
-            Phase::Ascent => return self.ascend(lr, module, grads),
-            Phase::Descent => self.descend(lr, module, grads),
-            Phase::LookAheadAtWeights => self.step_look_ahead(lr, module, grads, At::Weights),
-            Phase::LocalDescent => self.step_descent(lr, module, grads, Descent::Local),
+            Phase::Ascent => return self.ascent(lr, module, grads, call),
+            Phase::Descent => self.descent(lr, module, grads, call),
+            Phase::LocalDescent => self.step_descent(lr, module, grads, Descent::Local, call),
         };
         stepped.map(|(module, _)| module)
     }
@@ -102,17 +98,9 @@ where
     type Record = (O::Record, SamRecord);
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        let handover = self.precision.handle().take_handover();
-        let phase = handover.and_then(|handover| {
-            let phase = self.phase(handover)?;
-            if handover.is_some() {
-                // The strategy's scale, which `phase` checked, vouches for the gradients.
-                self.precision.handle().vouch_scaled();
-            }
-            Ok(phase)
-        });
-        let stepped = match phase {
-            Ok(phase) => self.run_phase(lr, module, grads, phase),
+        let expected = self.precision.scaler().map(|_| self.precision.loss_scale());
+        let stepped = match self.channel.accept(expected) {
+            Ok(call) => self.run_phase(lr, module, grads, call),
             Err(error) => Err(StepError::new(module, error)),
         };
         stepped.unwrap_or_else(|error| panic!("{error}"))
@@ -127,7 +115,7 @@ where
     /// A pending ascent is not part of it: take records between steps.
     fn to_record(&self) -> Self::Record {
         let label = SamRecordLabel {
-            epoch: self.precision.handle().shared().checkpoint_epoch,
+            epoch: self.channel.checkpoint_epoch(),
             ..SamRecordLabel::of(&self.config)
         };
         let own = SamRecord {
@@ -153,7 +141,6 @@ where
         });
         self.publish_passes();
         self.pending = None;
-        self.look_ahead = None;
         self
     }
 }
@@ -167,15 +154,14 @@ mod tests {
 
     use super::*;
     use crate::config::SamConfig;
-    use crate::scaler::LossScalerConfig;
     use crate::variant::SamVariant;
 
     fn sam(variant: SamVariant) -> Sam<()> {
         SamConfig::new().with_variant(variant).init(())
     }
 
-    const GRADIENT: Option<Handover> = Some(Handover::Gradient { loss_scale: None });
-    const LOCAL: Option<Handover> = Some(Handover::LocalDescent { loss_scale: None });
+    const GRADIENT: Call = Call::Handed(Handover::Gradient { loss_scale: None });
+    const LOCAL: Call = Call::Handed(Handover::LocalDescent { loss_scale: None });
 
     #[test]
     fn a_direct_call_needs_the_opt_in_and_then_alternates() {
@@ -184,24 +170,30 @@ mod tests {
             look_ahead,
         };
         assert_eq!(
-            sam(SamVariant::Sam).phase(None),
+            sam(SamVariant::Sam).phase(Call::Direct),
             Err(unlinked("SAM", false))
         );
         let momentum = sam(SamVariant::momentum_sam());
-        assert_eq!(momentum.phase(None), Err(unlinked("Momentum-SAM", true)));
         assert_eq!(
-            sam(SamVariant::Sam).step_per_pass().phase(None),
+            momentum.phase(Call::Direct),
+            Err(unlinked("Momentum-SAM", true))
+        );
+        assert_eq!(
+            sam(SamVariant::Sam).step_per_pass().phase(Call::Direct),
             Ok(Phase::Ascent)
         );
-        // Momentum-SAM's one pass is a descent from the look-ahead it handed out.
-        assert_eq!(momentum.step_per_pass().phase(None), Ok(Phase::Descent));
+        // Momentum-SAM's step starts with its ascent to the look-ahead, as SAM's does.
+        assert_eq!(
+            momentum.step_per_pass().phase(Call::Direct),
+            Ok(Phase::Ascent)
+        );
     }
 
     #[test]
     fn a_handover_picks_the_phase() {
         assert_eq!(sam(SamVariant::Sam).phase(GRADIENT), Ok(Phase::Ascent));
         let momentum = sam(SamVariant::momentum_sam());
-        assert_eq!(momentum.phase(GRADIENT), Ok(Phase::LookAheadAtWeights));
+        assert_eq!(momentum.phase(GRADIENT), Ok(Phase::Ascent));
         assert_eq!(sam(SamVariant::Sam).phase(LOCAL), Ok(Phase::LocalDescent));
         for variant in [SamVariant::gsam(), SamVariant::momentum_sam()] {
             let name = variant.name();
@@ -213,20 +205,6 @@ mod tests {
     }
 
     #[test]
-    fn a_handover_must_carry_the_optimizers_scale() {
-        let scaling = LossScalerConfig::new().with_init_scale(256.0);
-        let sam = SamConfig::new().with_loss_scaling(Some(scaling)).init(());
-        let handed = |loss_scale| Some(Handover::Gradient { loss_scale });
-        assert_eq!(sam.phase(handed(Some(256.0))), Ok(Phase::Ascent));
-        assert_eq!(sam.phase(handed(None)), Err(SamError::UnscaledLoss));
-        let mismatch = SamError::LossScaleMismatch {
-            expected: 256.0,
-            handed: 128.0,
-        };
-        assert_eq!(sam.phase(handed(Some(128.0))), Err(mismatch));
-    }
-
-    #[test]
     fn after_an_ascent_a_handover_descends_and_a_local_one_is_refused() {
         type B = Autodiff<Flex>;
         let device = Default::default();
@@ -234,8 +212,15 @@ mod tests {
         let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let mut sam = SamConfig::new().init(SgdConfig::new().init::<B, Linear<B>>());
-        let _perturbed = sam.ascend(0.1, model, grads).unwrap();
+        let _perturbed = sam.ascend(0.1, model.clone(), grads).unwrap();
         assert_eq!(sam.phase(GRADIENT), Ok(Phase::Descent));
         assert_eq!(sam.phase(LOCAL), Err(SamError::AscentPending));
+        // Momentum-SAM's look-ahead is pending the same way.
+        let sgd = SgdConfig::new().init::<B, Linear<B>>();
+        let mut momentum = SamConfig::new()
+            .with_variant(SamVariant::momentum_sam())
+            .init(sgd);
+        let _ahead = momentum.ascend(0.1, model, GradientsParams::new()).unwrap();
+        assert_eq!(momentum.phase(GRADIENT), Ok(Phase::Descent));
     }
 }

@@ -1,98 +1,35 @@
-//! SAM's two phases: the ascent to `w + e(w)`, and the descent that puts `w` back and steps
-//! it; a one-pass step is the descent alone. Every way through a step ends in
-//! [`Sam::step_descent`] and [`Sam::finish`].
+//! A step's two phases, for every variant: the ascent moves `w` (to SAM's `w + e(w)`, from a
+//! gradient; to Momentum-SAM's look-ahead `w~`, without a pass) and keeps it, the descent
+//! puts `w` back and steps it; a one-pass step (LookSAM between its full ones) is the descent
+//! alone. Every way through a step ends in [`Sam::step_descent`] and [`Sam::finish`], and
+//! every way out of a pending step in [`Sam::put_back`]: the caller always gets `w` back.
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
+use super::pending::{Descent, Pending};
 use super::{PendingAscent, Sam, SamStep, StepOutcome, StepReport};
+use crate::channel::Call;
 use crate::error::SamError;
 use crate::filter::perturbed_params;
 use crate::hand_back::StepError;
-use crate::norm::read_norms;
 use crate::param_map::{AnyValue, ParamMap};
-use crate::perturb::{move_along, snapshot_covers, sync_running_states, AscentNorm, Restore};
-use crate::state::ParamState;
-
-/// What the ascent leaves for the descent.
-#[derive(Clone)]
-pub(super) struct Pending {
-    snapshot: ParamMap,
-    /// The ascent gradient, for variants whose descent combines it (GSAM, LookSAM).
-    ascent_grads: ParamMap,
-    /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
-    variant_state: ParamState<f64>,
-    /// The ascent direction's norm, an `AscentNorm<B::InnerBackend>`: when still on the
-    /// device, read with the descent's, the step's one read. `None` on a one-pass step, which
-    /// has no ascent.
-    ascent_norm: Option<AnyValue>,
-}
-
-/// Where the module a Momentum-SAM step gets is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum At {
-    /// At `w`: a strategy's hand-over (the strategy keeps the model at `w`).
-    Weights,
-    /// At the `w~` this optimizer handed out: a direct call; `w` comes back from the kept
-    /// weights.
-    LookAhead,
-}
-
-impl Pending {
-    /// A one-pass step's: nothing perturbed, nothing kept.
-    fn single_pass() -> Self {
-        Self {
-            snapshot: ParamMap::default(),
-            ascent_grads: ParamMap::default(),
-            variant_state: ParamState::default(),
-            ascent_norm: None,
-        }
-    }
-
-    /// The ascent's report and the descent's unscaled norm (0 without `descent`), read back
-    /// together: one host wait.
-    fn read_norms<B: Backend>(
-        &self,
-        descent: Option<Tensor<B, 1>>,
-        loss_scale: f32,
-    ) -> (PendingAscent, f64) {
-        let ascent = self.ascent_norm.as_ref().map(|norm| {
-            norm.get::<AscentNorm<B>>()
-                .expect("the ascent's norm is on the descent's backend")
-        });
-        let on_device = match &ascent {
-            Some(AscentNorm::OnDevice(squares)) => squares.clone(),
-            _ => None,
-        };
-        let norms = read_norms(&[on_device, descent], loss_scale);
-        let ascent = match ascent {
-            Some(AscentNorm::Read(norm)) => PendingAscent::of(norm),
-            Some(AscentNorm::OnDevice(_)) => PendingAscent::of(norms[0]),
-            None => PendingAscent::NONE,
-        };
-        (ascent, norms[1])
-    }
-}
-
-/// Which descent a step ends with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Descent {
-    /// After [`Sam::ascend`]: the weights go back to the snapshot.
-    AfterAscent,
-    /// LookSAM's one-pass step.
-    SinglePass,
-    /// After the replicas' own ascents ([`Handover::LocalDescent`]).
-    Local,
-}
+use crate::perturb::{look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore};
+use crate::protocol::Passes;
 
 impl<O> Sam<O> {
-    /// First phase: moves `module` from `w` to `w + e(w)` using `grads`, the gradient at `w`,
-    /// and keeps `w` for [`Sam::descend`]. `lr` is this step's learning rate, which the
-    /// radius follows under a [`SamConfig::rho_schedule`](crate::SamConfig::rho_schedule).
+    /// First phase: moves `module` from `w` and keeps `w` for [`Sam::descend`]. SAM and its
+    /// two-pass variants move to `w + e(w)` using `grads`, the gradient at `w`; Momentum-SAM
+    /// moves to its look-ahead `w~ = w - rho * v / (||v|| + 1e-12)` along its momentum and
+    /// takes no pass for it: give it no gradients (`GradientsParams::new()`) and take the
+    /// step's one pass at the module it returns ([`Sam::passes`] is
+    /// [`Passes::LookAhead`]). `lr` is this step's learning rate, which the radius follows
+    /// under a [`SamConfig::rho_schedule`](crate::SamConfig::rho_schedule).
     ///
-    /// `grads` may be loss-scaled ([`Sam::scale_loss`]): the norm is unscaled for free.
+    /// `grads` may be loss-scaled ([`LossScaling::scale_loss`](crate::LossScaling::scale_loss)):
+    /// the norm is unscaled for free.
     /// The ascent waits for nothing: its norm stays on the device, and the descent reads it
     /// with its own (one host wait per step). When the gradient is not finite (an overflow)
     /// the perturbation is zero: the module stays at `w`, and the descent pass, at `w` with
@@ -107,7 +44,8 @@ impl<O> Sam<O> {
     /// ([`SamError::AscentPending`]), `grads` hold parameters `module` does not have
     /// ([`SamError::ForeignGradients`]), loss scaling is on and no loss was scaled
     /// ([`SamError::UnscaledLoss`]), the step takes one pass ([`SamError::SinglePassStep`]),
-    /// or [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picks nothing
+    /// Momentum-SAM got gradients ([`SamError::LookAheadGradients`]), or
+    /// [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picks nothing
     /// ([`SamError::NothingPicked`]). The loss scale's hard stop comes from the descent.
     pub fn ascend<M, B>(
         &mut self,
@@ -119,18 +57,42 @@ impl<O> Sam<O> {
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
+        self.ascent(lr, module, grads, Call::Direct)
+    }
+
+    /// [`Sam::ascend`], for a `call` that may be a strategy's hand-over.
+    pub(super) fn ascent<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        call: Call,
+    ) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
         if self.pending.is_some() {
             return Err(StepError::new(module, SamError::AscentPending));
         }
         if !self.family.needs_ascent() {
             return Err(StepError::new(module, SamError::SinglePassStep));
         }
-        or_hand_back!(self.precision.check_scaled(), module);
+        if self.family.passes() == Passes::LookAhead {
+            if !grads.is_empty() {
+                return Err(StepError::new(module, SamError::LookAheadGradients));
+            }
+            let rho = self.family.look_ahead_rho();
+            let (module, snapshot) = look_ahead_by(module, self.family.momentum(), rho);
+            self.pending = Some(Pending::without_ascent(snapshot));
+            return Ok(module);
+        }
+        or_hand_back!(self.precision.check_scaled(call), module);
         let picked = or_hand_back!(
             perturbed_params(&module, self.config.perturb_only.as_deref()),
             module
         );
-        let loss_scale = self.loss_scale();
+        let loss_scale = self.precision.loss_scale();
         let ascent = or_hand_back!(
             self.family
                 .ascent(&module, grads, loss_scale, picked.as_ref()),
@@ -154,16 +116,17 @@ impl<O> Sam<O> {
     }
 
     /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
-    /// base optimizer using `grads`, the gradient taken at the perturbed `module` (GSAM
-    /// combines it with the ascent's). On a one-pass step (LookSAM between its full steps,
-    /// [`Sam::needs_ascent`] false), the whole step: `grads` is the gradient at `module`.
+    /// base optimizer using `grads`, the gradient taken at the module the ascent returned
+    /// (GSAM combines it with the ascent's); hands back the stepped `w`. On a one-pass step
+    /// (LookSAM between its full steps, [`Sam::needs_ascent`] false), the whole step: `grads`
+    /// is the gradient at `module`.
     ///
     /// Running statistics (BatchNorm) are restored to their values after the first pass, as
     /// if the batch had been seen once. `grads` may be loss-scaled: they are unscaled in f32
     /// before the base optimizer sees them, and parameters narrower than f32 are stepped
     /// through f32 master weights. When `grads` is not finite, nothing is stepped: the
-    /// unperturbed weights and the base optimizer's state are returned unchanged, and the loss
-    /// scale backs off.
+    /// weights of before the ascent and the base optimizer's state are returned unchanged,
+    /// and the loss scale backs off.
     ///
     /// # Errors
     /// Without a pending ascent ([`SamError::DescentWithoutAscent`]) or with a module that is
@@ -182,9 +145,22 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        if self.is_momentum_sam() {
-            return self.step_look_ahead(lr, module, grads, At::LookAhead);
-        }
+        self.descent(lr, module, grads, Call::Direct)
+    }
+
+    /// [`Sam::descend`], for a `call` that may be a strategy's hand-over.
+    pub(super) fn descent<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        call: Call,
+    ) -> Result<(M, StepReport), StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
         let descent = match self.pending.is_some() {
             true => Descent::AfterAscent,
             false => Descent::SinglePass,
@@ -192,7 +168,7 @@ impl<O> Sam<O> {
         if descent == Descent::AfterAscent || self.family.needs_ascent() {
             or_hand_back!(self.check_pending(&module), module);
         }
-        self.step_descent(lr, module, grads, descent)
+        self.step_descent(lr, module, grads, descent, call)
     }
 
     /// The descent's step, once the pending ascent (if any) is known to match `module`.
@@ -202,20 +178,27 @@ impl<O> Sam<O> {
         module: M,
         grads: GradientsParams,
         kind: Descent,
+        call: Call,
     ) -> Result<(M, StepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let loss_scale = self.loss_scale();
-        let descent = self.precision.grad_squares(&module, &grads);
+        let loss_scale = self.precision.loss_scale();
+        let descent = self
+            .precision
+            .check_scaled(call)
+            .and_then(|()| self.precision.grad_squares(&module, &grads));
         let (module, mut pending) = match kind {
             Descent::AfterAscent => self.put_back(module),
-            Descent::SinglePass | Descent::Local => (module, Pending::single_pass()),
+            Descent::SinglePass | Descent::Local => {
+                (module, Pending::without_ascent(ParamMap::default()))
+            }
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent = or_hand_back!(descent, module);
+        let one_pass = pending.ascent_norm.is_none();
         let (ascent, descent_grad_norm) =
             pending.read_norms::<B::InnerBackend>(descent, loss_scale);
         if !ascent.perturbed {
@@ -238,12 +221,13 @@ impl<O> Sam<O> {
             self.precision
                 .step_if_finite(&mut self.base, lr, module, grads, descent_grad_norm);
         if applied && ascent.perturbed {
-            self.family
-                .commit_ascent(core::mem::take(&mut pending.variant_state));
+            let state = core::mem::take(&mut pending.variant_state);
+            self.family.commit(state, self.config.rho_at(lr));
         }
         let outcome = match (applied, kind, ascent.perturbed) {
             (false, ..) => StepOutcome::UpdateSkipped,
             (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
+            (true, Descent::AfterAscent, _) if one_pass => StepOutcome::SinglePass,
             (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
             (true, ..) => StepOutcome::Applied,
         };
@@ -261,7 +245,7 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
     {
         or_hand_back!(self.check_pending(&module), module);
-        let loss_scale = self.loss_scale();
+        let loss_scale = self.precision.loss_scale();
         let (module, pending) = self.put_back(module);
         let (ascent, _) = pending.read_norms::<B::InnerBackend>(None, loss_scale);
         let report = or_hand_back!(
@@ -286,7 +270,7 @@ impl<O> Sam<O> {
         let pending = self.pending.as_ref()?;
         Some(
             pending
-                .read_norms::<B::InnerBackend>(None, self.loss_scale())
+                .read_norms::<B::InnerBackend>(None, self.precision.loss_scale())
                 .0,
         )
     }
@@ -351,9 +335,10 @@ impl<O> Sam<O> {
 
     /// The step's passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the
     /// base optimizer steps `w`; on a one-pass step ([`Sam::needs_ascent`] false) `loss` is
-    /// evaluated once. Returns the updated module, the first pass's loss and a report.
-    /// With loss scaling the losses are scaled before each backward pass: the closure is the
-    /// same as in f32 training.
+    /// evaluated once, and Momentum-SAM's once at its look-ahead `w~`. Returns the updated
+    /// weights `w` (an error hands back the `module` given), the first pass's loss and a
+    /// report. With loss scaling the losses are scaled before each backward pass: the closure
+    /// is the same as in f32 training.
     pub fn step_with<M, B, F>(
         &mut self,
         lr: LearningRate,
@@ -366,25 +351,34 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
         F: FnMut(&M) -> Tensor<B, 1>,
     {
-        let handle = self.precision.handle().clone();
-        handle.seed_pass(&module, 0);
+        let passes = self.family.passes();
+        let module = match passes {
+            Passes::LookAhead => self.ascend(lr, module, GradientsParams::new())?,
+            Passes::One | Passes::Two => module,
+        };
+        self.channel.seed_pass(&module, 0);
         let first = loss(&module);
         // Keeping only the value lets the first pass's graph, and the weights it saved, go
         // once it is back-propagated: the base optimizer can then update them in place.
         let first_value = first.clone().detach();
-        let grads = GradientsParams::from_grads(self.scale_loss(first).backward(), &module);
-        if !self.family.needs_ascent() {
-            let (module, report) = self.descend(lr, module, grads)?;
-            return Ok(SamStep {
-                module,
-                loss: first_value,
-                report,
-            });
-        }
-        let perturbed = self.ascend(lr, module, grads)?;
+        let grads = GradientsParams::from_grads(
+            self.precision.handle().scale_loss(first).backward(),
+            &module,
+        );
+        let perturbed = match passes {
+            Passes::Two => self.ascend(lr, module, grads)?,
+            Passes::One | Passes::LookAhead => {
+                let (module, report) = self.descend(lr, module, grads)?;
+                return Ok(SamStep {
+                    module,
+                    loss: first_value,
+                    report,
+                });
+            }
+        };
         // The same seed as the first pass's: the same dropout masks.
-        handle.seed_pass(&perturbed, 0);
-        let second = self.scale_loss(loss(&perturbed));
+        self.channel.seed_pass(&perturbed, 0);
+        let second = self.precision.handle().scale_loss(loss(&perturbed));
         let grads = GradientsParams::from_grads(second.backward(), &perturbed);
         let (module, report) = self.descend(lr, perturbed, grads)?;
         Ok(SamStep {

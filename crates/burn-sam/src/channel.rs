@@ -1,0 +1,285 @@
+//! The strategy channel: what an optimizer tells the training strategy that runs its passes
+//! (the passes of its next step, their seed) and what the strategy tells it (the hand-over of
+//! each `Optimizer::step` call, the checkpoint being saved), with the strategy's end of it,
+//! [`StepLink`]. The loss scale travels beside it, in the [`LossScaleHandle`].
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::error::SamError;
+use crate::handle::LossScaleHandle;
+use crate::protocol::{check_handed_scale, Handover, NextStep, Passes};
+use crate::seed::seed_pass;
+
+/// The optimizer's end of the channel, shared with every [`StepLink`] built from it and with
+/// the optimizer's clones.
+#[derive(Clone, Debug)]
+pub(crate) struct Channel(Arc<Mutex<Messages>>);
+
+#[derive(Debug)]
+struct Messages {
+    /// What the optimizer's next step takes (published by the optimizer).
+    passes: Passes,
+    /// The run's pass seed and the next step's count (`SamConfig::pass_seed`).
+    pass_seed: Option<(u64, u64)>,
+    /// What a strategy hands the next `Optimizer::step` (taken by the optimizer).
+    handover: Option<Handover>,
+    /// Whether an optimizer reads the hand-overs (`Sam`, `LossScaled`); Burn's own
+    /// optimizers ([`StepLink::plain`]) have no reader.
+    has_reader: bool,
+    /// The `Learner` epoch a strategy is checkpointing, written into the optimizer's record.
+    checkpoint_epoch: Option<u64>,
+}
+
+/// What an `Optimizer::step` call is, once accepted: a direct call, or a strategy's hand-over
+/// whose loss scale is the optimizer's and vouches for the gradients.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Call {
+    Direct,
+    Handed(Handover),
+}
+
+impl Channel {
+    pub fn new() -> Self {
+        Self::with_reader(true)
+    }
+
+    fn with_reader(has_reader: bool) -> Self {
+        Self(Arc::new(Mutex::new(Messages {
+            passes: Passes::One,
+            pass_seed: None,
+            handover: None,
+            has_reader,
+            checkpoint_epoch: None,
+        })))
+    }
+
+    fn messages(&self) -> MutexGuard<'_, Messages> {
+        // Every write leaves the messages whole: a panic elsewhere cannot tear them.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn publish_passes(&self, passes: Passes, pass_seed: Option<(u64, u64)>) {
+        let mut messages = self.messages();
+        messages.passes = passes;
+        messages.pass_seed = pass_seed;
+    }
+
+    pub fn checkpoint_epoch(&self) -> Option<u64> {
+        self.messages().checkpoint_epoch
+    }
+
+    /// Seeds `module`'s backend for micro-batch `micro_batch`'s passes of the next step, when
+    /// the optimizer has a pass seed.
+    pub fn seed_pass<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        micro_batch: usize,
+    ) {
+        let pass_seed = self.messages().pass_seed;
+        if let Some(pass_seed) = pass_seed {
+            seed_pass(module, pass_seed, micro_batch);
+        }
+    }
+
+    /// What this `Optimizer::step` call is, for an optimizer whose loss scale is `expected`
+    /// (`None` without loss scaling): a hand-over made for it, its scale checked, or a direct
+    /// call. A direct call while a hand-over to another optimizer is in flight on this thread
+    /// is refused: the strategy is linked to another optimizer than the one being stepped.
+    pub fn accept(&self, expected: Option<f32>) -> Result<Call, SamError> {
+        let handover = self.messages().handover.take();
+        match handover {
+            Some(handover) => {
+                in_flight::land();
+                check_handed_scale(handover.loss_scale(), expected)?;
+                Ok(Call::Handed(handover))
+            }
+            None if in_flight::is_set() => Err(SamError::LinkedToAnotherOptimizer),
+            None => Ok(Call::Direct),
+        }
+    }
+
+    fn hand_over(&self, handover: Handover) {
+        self.messages().handover = Some(handover);
+        in_flight::set();
+    }
+
+    fn check_taken(&self) -> Result<(), SamError> {
+        in_flight::land();
+        let mut messages = self.messages();
+        let left = messages.handover.take();
+        match left.is_some() && messages.has_reader {
+            true => Err(SamError::LinkedToAnotherOptimizer),
+            false => Ok(()),
+        }
+    }
+}
+
+/// A strategy's end of the step protocol with one optimizer (see
+/// [`strategy`](crate::strategy)): from the optimizer's
+/// [`LossScaling::step_link`](crate::LossScaling::step_link), it follows the optimizer's
+/// updates and loaded records, and those of its clones.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::Linear;
+/// use burn::optim::SgdConfig;
+/// use burn_sam::strategy::Passes;
+/// use burn_sam::{LossScaling, SamConfig};
+///
+/// let sam = SamConfig::new().init(SgdConfig::new().init::<Autodiff<Flex>, Linear<Autodiff<Flex>>>());
+/// let link = sam.step_link();
+/// assert_eq!(link.next_step().passes, Passes::Two);
+/// assert_eq!(link.next_step().loss_scale, None);
+/// ```
+#[derive(Clone)]
+pub struct StepLink {
+    scale: LossScaleHandle,
+    channel: Channel,
+}
+
+impl StepLink {
+    pub(crate) fn new(scale: LossScaleHandle, channel: Channel) -> Self {
+        Self { scale, channel }
+    }
+
+    /// The link to an optimizer that reads no hand-over and scales no loss (Burn's own): one
+    /// pass per step, nothing to check.
+    pub fn plain() -> Self {
+        Self::new(LossScaleHandle::unscaled(), Channel::with_reader(false))
+    }
+
+    /// What the optimizer's next step takes.
+    pub fn next_step(&self) -> NextStep {
+        let passes = self.channel.messages().passes;
+        NextStep {
+            passes,
+            loss_scale: self.scale.is_scaling().then(|| self.scale.get()),
+        }
+    }
+
+    /// Seeds `module`'s backend for micro-batch `micro_batch`'s forward pass of the next step:
+    /// a no-op unless the optimizer has a
+    /// [`SamConfig::pass_seed`](crate::SamConfig::pass_seed). Both passes of a step get the
+    /// same seed.
+    pub fn seed_pass<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        micro_batch: usize,
+    ) {
+        self.channel.seed_pass(module, micro_batch);
+    }
+
+    /// Says what the next `Optimizer::step` call gets, just before making it.
+    pub fn hand_over(&self, handover: Handover) {
+        self.channel.hand_over(handover);
+    }
+
+    /// Checks, just after the `Optimizer::step` call that followed [`StepLink::hand_over`], that
+    /// the optimizer stepped was this link's (or a clone of it).
+    ///
+    /// # Errors
+    /// [`SamError::LinkedToAnotherOptimizer`] when the hand-over is still there: the call
+    /// stepped an optimizer that does not read it, such as a second optimizer built from the
+    /// same configuration. [`StepLink::plain`] links have nothing to check.
+    pub fn check_taken(&self) -> Result<(), SamError> {
+        self.channel.check_taken()
+    }
+
+    /// Says that the optimizer's next record is the checkpoint of `Learner` epoch `epoch`: a
+    /// [`Sam`](crate::Sam) writes it into its record's label, and a refused resume names it.
+    pub fn label_checkpoint(&self, epoch: usize) {
+        self.channel.messages().checkpoint_epoch = Some(epoch as u64);
+    }
+
+    /// The optimizer's loss scale and overflows.
+    pub fn loss_scale(&self) -> &LossScaleHandle {
+        &self.scale
+    }
+}
+
+impl fmt::Debug for StepLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("StepLink").field(&self.next_step()).finish()
+    }
+}
+
+/// Whether a strategy's hand-over waits, on this thread, for the `Optimizer::step` call it was
+/// made for. Burn's `Learner` steps its optimizer on the thread of the strategy that calls
+/// `Learner::optimizer_step`, so an optimizer stepped while a hand-over it did not get is in
+/// flight is not the one the strategy holds a link to.
+mod in_flight {
+    use std::cell::Cell;
+
+    thread_local! {
+        static IN_FLIGHT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub fn set() {
+        IN_FLIGHT.set(true);
+    }
+
+    pub fn land() {
+        IN_FLIGHT.set(false);
+    }
+
+    pub fn is_set() -> bool {
+        IN_FLIGHT.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HANDOVER: Handover = Handover::Gradient { loss_scale: None };
+
+    #[test]
+    fn a_handover_is_taken_once_by_the_call_it_was_made_for() {
+        let link = StepLink::new(LossScaleHandle::unscaled(), Channel::new());
+        link.hand_over(HANDOVER);
+        assert_eq!(link.channel.accept(None), Ok(Call::Handed(HANDOVER)));
+        assert_eq!(link.check_taken(), Ok(()));
+        // The next call without one is a direct call.
+        assert_eq!(link.channel.accept(None), Ok(Call::Direct));
+    }
+
+    #[test]
+    fn a_handover_to_another_optimizer_is_refused_on_both_ends() {
+        let linked = StepLink::new(LossScaleHandle::unscaled(), Channel::new());
+        let stepped = Channel::new();
+        linked.hand_over(HANDOVER);
+        // The optimizer stepped has no hand-over while one waits on this thread.
+        assert_eq!(
+            stepped.accept(None),
+            Err(SamError::LinkedToAnotherOptimizer)
+        );
+        assert_eq!(
+            linked.check_taken(),
+            Err(SamError::LinkedToAnotherOptimizer)
+        );
+        // Burn's own optimizers read no hand-over: nothing to check.
+        let plain = StepLink::plain();
+        plain.hand_over(HANDOVER);
+        assert_eq!(plain.check_taken(), Ok(()));
+    }
+
+    #[test]
+    fn an_accepted_handover_carries_the_optimizers_scale() {
+        let channel = Channel::new();
+        let handed = |loss_scale| {
+            channel.hand_over(Handover::Gradient { loss_scale });
+            channel.accept(Some(256.0))
+        };
+        assert!(matches!(handed(Some(256.0)), Ok(Call::Handed(_))));
+        assert_eq!(handed(None), Err(SamError::UnscaledLoss));
+        let mismatch = SamError::LossScaleMismatch {
+            expected: 256.0,
+            handed: 128.0,
+        };
+        assert_eq!(handed(Some(128.0)), Err(mismatch));
+    }
+}

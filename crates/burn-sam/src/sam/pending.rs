@@ -1,0 +1,73 @@
+//! What a step's ascent leaves for its descent, and which descent ends the step.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
+use super::PendingAscent;
+use crate::norm::read_norms;
+use crate::param_map::{AnyValue, ParamMap};
+use crate::perturb::AscentNorm;
+use crate::state::ParamState;
+
+/// What the ascent leaves for the descent.
+#[derive(Clone)]
+pub(super) struct Pending {
+    pub snapshot: ParamMap,
+    /// The ascent gradient, for variants whose descent combines it (GSAM, LookSAM).
+    pub ascent_grads: ParamMap,
+    /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
+    pub variant_state: ParamState<f64>,
+    /// The ascent direction's norm, an `AscentNorm<B::InnerBackend>`: when still on the
+    /// device, read with the descent's, the step's one read. `None` without a gradient ascent
+    /// (a one-pass step, Momentum-SAM's look-ahead).
+    pub ascent_norm: Option<AnyValue>,
+}
+
+impl Pending {
+    /// A one-pass step's, or Momentum-SAM's look-ahead with what it kept: no ascent gradient.
+    pub fn without_ascent(snapshot: ParamMap) -> Self {
+        Self {
+            snapshot,
+            ascent_grads: ParamMap::default(),
+            variant_state: ParamState::default(),
+            ascent_norm: None,
+        }
+    }
+
+    /// The ascent's report and the descent's unscaled norm (0 without `descent`), read back
+    /// together: one host wait.
+    pub fn read_norms<B: Backend>(
+        &self,
+        descent: Option<Tensor<B, 1>>,
+        loss_scale: f32,
+    ) -> (PendingAscent, f64) {
+        let ascent = self.ascent_norm.as_ref().map(|norm| {
+            norm.get::<AscentNorm<B>>()
+                .expect("the ascent's norm is on the descent's backend")
+        });
+        let on_device = match &ascent {
+            Some(AscentNorm::OnDevice(squares)) => squares.clone(),
+            _ => None,
+        };
+        let norms = read_norms(&[on_device, descent], loss_scale);
+        let ascent = match ascent {
+            Some(AscentNorm::Read(norm)) => PendingAscent::of(norm),
+            Some(AscentNorm::OnDevice(_)) => PendingAscent::of(norms[0]),
+            None => PendingAscent::NONE,
+        };
+        (ascent, norms[1])
+    }
+}
+
+/// Which descent a step ends with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Descent {
+    /// After [`Sam::ascend`](super::Sam::ascend) (either kind): the weights go back to the
+    /// snapshot.
+    AfterAscent,
+    /// LookSAM's one-pass step.
+    SinglePass,
+    /// After the replicas' own ascents
+    /// ([`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent)).
+    Local,
+}
