@@ -10,6 +10,10 @@
 //! parameter-sized buffers each step allocates, and peak heap with and without the optimizer
 //! state. Also the host waits (device reads and syncs) burn-sam makes per SAM step. Criterion groups are named
 //! `<backend>-<model>`. `cargo xtask bench` runs this and prints the ratios.
+//!
+//! `SAM_COST_MODELS` and `SAM_COST_STEPS` (comma-separated names) time a subset, paired
+//! among themselves: `SAM_COST_MODELS=mlp_2m SAM_COST_STEPS=momentum_step,msam_step cargo
+//! bench --bench sam_cost --no-default-features --features flex` gives `msam_over_base` alone.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -172,6 +176,7 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
         // No f16 on this backend (NdArray): the f16 steps are not timed.
         steps.retain(|timed| !timed.name.contains("f16"));
     }
+    steps.retain(|timed| chosen("SAM_COST_STEPS", timed.name));
 
     let mut group = c.benchmark_group(name);
     group.sample_size(10);
@@ -253,11 +258,27 @@ fn bench_backend<B: AutodiffBackend>(c: &mut Criterion, backend: &str) {
     B::seed(&device, 0);
     let mlp = |sizes: &[usize]| -> Mlp<B> { MlpConfig::new(sizes.to_vec()).init(&device) };
     let name = |model: &str| format!("{backend}-{model}");
-    bench_model(c, &name("mlp_100k"), mlp(&MLP_100K));
-    bench_model(c, &name("mlp_2m"), mlp(&MLP_2M));
-    bench_model(c, &name("cnn"), CnnConfig::new().init::<B>(&device));
-    bench_model(c, &name("resnet18"), ResNetConfig::new().init::<B>(&device));
-    bench_model(c, &name("encoder"), EncoderConfig::new().init::<B>(&device));
+    if chosen("SAM_COST_MODELS", "mlp_100k") {
+        bench_model(c, &name("mlp_100k"), mlp(&MLP_100K));
+    }
+    if chosen("SAM_COST_MODELS", "mlp_2m") {
+        bench_model(c, &name("mlp_2m"), mlp(&MLP_2M));
+    }
+    if chosen("SAM_COST_MODELS", "cnn") {
+        bench_model(c, &name("cnn"), CnnConfig::new().init::<B>(&device));
+    }
+    if chosen("SAM_COST_MODELS", "resnet18") {
+        bench_model(c, &name("resnet18"), ResNetConfig::new().init::<B>(&device));
+    }
+    if chosen("SAM_COST_MODELS", "encoder") {
+        bench_model(c, &name("encoder"), EncoderConfig::new().init::<B>(&device));
+    }
+}
+
+/// Whether `name` is in the comma-separated list of environment variable `list` (every name
+/// when it is not set).
+fn chosen(list: &str, name: &str) -> bool {
+    std::env::var(list).map_or(true, |names| names.split(',').any(|chosen| chosen == name))
 }
 
 fn sam_cost(c: &mut Criterion) {

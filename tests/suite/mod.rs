@@ -12,6 +12,7 @@ pub mod batchnorm;
 pub mod clipping;
 pub mod family;
 pub mod faults;
+pub mod lifecycle;
 pub mod misuse;
 pub mod mixed_precision;
 pub mod momentum_sam;
@@ -77,6 +78,8 @@ macro_rules! backend_suite {
                 parity_fsam_sgd => family::run::<B>("fsam_sgd"),
                 parity_fsam_sgd_momentum => family::run::<B>("fsam_sgd_momentum"),
                 parity_sam_picked_sgd => family::run::<B>("sam_picked_sgd"),
+                lifecycle_every_variant_hands_back_what_it_was_given => lifecycle::every_variant_hands_back_what_it_was_given::<B>(),
+                lifecycle_step_with_hands_back_the_phases_w => lifecycle::step_with_hands_back_the_phases_w::<B>(),
                 parity_momentum_sam_sgd => momentum_sam::run::<B>("sgd"),
                 parity_momentum_sam_sgd_large_rho => momentum_sam::run::<B>("sgd_large_rho"),
                 parity_momentum_sam_sgd_weight_decay => momentum_sam::run::<B>("sgd_weight_decay"),

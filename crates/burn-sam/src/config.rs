@@ -2,7 +2,7 @@ use burn::config::Config;
 
 use crate::error::ConfigError;
 use crate::scaler::LossScalerConfig;
-use crate::variant::{RhoSchedule, SamVariant};
+use crate::variant::{DescentFrom, RhoSchedule, SamVariant};
 
 /// Configuration of [`Sam`](crate::Sam): Sharpness-Aware Minimization (Foret et al., 2021), its
 /// adaptive form ASAM (Kwon et al., 2021), and the variants of [`SamVariant`] (GSAM, LookSAM,
@@ -144,10 +144,7 @@ impl SamConfig {
                 "with SamVariant::Sam or SamVariant::FriendlySam only: GSAM, LookSAM and \
                  Momentum-SAM step with a gradient of their own making, whose norm SAM does \
                  not read",
-                matches!(
-                    self.variant,
-                    SamVariant::Sam | SamVariant::FriendlySam { .. }
-                ),
+                self.variant.properties().descent == DescentFrom::Perturbed,
             )?;
         }
         self.variant.validate()

@@ -227,38 +227,39 @@ impl From<ConfigError> for SamError {
     }
 }
 
+// The messages of the phases called out of order.
+const DESCENT_WITHOUT_ASCENT: &str =
+    "SAM descent without an ascent: call `ascend` (or the first `step`) on this batch first";
+const ASCENT_PENDING: &str =
+    "SAM ascent while the previous ascent waits for its descent: call `descend` first";
+const FOREIGN_MODULE: &str = "SAM descent got a module whose parameters differ from the ascent's: \
+                 pass the module returned by the ascent";
+const SINGLE_PASS_STEP: &str =
+    "SAM ascent on a one-pass step (LookSAM between its full steps): call \
+                 `descend` with the gradient at the unperturbed weights; `needs_ascent` \
+                 says which steps take two passes";
+const LOOK_AHEAD_GRADIENTS: &str =
+    "Momentum-SAM's ascent takes no pass: it moves the weights to their look-ahead \
+                 `w~` along the momentum. Call `ascend` with `GradientsParams::new()`, take the \
+                 step's one pass at the module it returns, and `descend` with that gradient \
+                 (`Sam::passes` is `Passes::LookAhead`)";
+
 impl fmt::Display for SamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::InvalidConfig(error) => error.fmt(f),
-            Self::DescentWithoutAscent => f.write_str(
-                "SAM descent without an ascent: call `ascend` (or the first `step`) on this batch first"
-            ),
-            Self::AscentPending => f.write_str(
-                "SAM ascent while the previous ascent waits for its descent: call `descend` first"
-            ),
+            Self::DescentWithoutAscent => f.write_str(DESCENT_WITHOUT_ASCENT),
+            Self::AscentPending => f.write_str(ASCENT_PENDING),
             Self::ForeignGradients { gradients, matched } => write!(
                 f,
                 "gradients for parameters the module does not have ({matched} of {gradients} \
                  match): compute the gradients with this module"
             ),
-            Self::ForeignModule => f.write_str(
-                "SAM descent got a module whose parameters differ from the ascent's: \
-                 pass the module returned by the ascent"
-            ),
+            Self::ForeignModule => f.write_str(FOREIGN_MODULE),
             Self::UnscaledLoss => unscaled_loss(f),
             Self::LossScale(error) => error.fmt(f),
-            Self::SinglePassStep => f.write_str(
-                "SAM ascent on a one-pass step (LookSAM between its full steps): call \
-                 `descend` with the gradient at the unperturbed weights; `needs_ascent` \
-                 says which steps take two passes"
-            ),
-            Self::LookAheadGradients => f.write_str(
-                "Momentum-SAM's ascent takes no pass: it moves the weights to their look-ahead \
-                 `w~` along the momentum. Call `ascend` with `GradientsParams::new()`, take the \
-                 step's one pass at the module it returns, and `descend` with that gradient \
-                 (`Sam::passes` is `Passes::LookAhead`)"
-            ),
+            Self::SinglePassStep => f.write_str(SINGLE_PASS_STEP),
+            Self::LookAheadGradients => f.write_str(LOOK_AHEAD_GRADIENTS),
             Self::LocalAscentVariant { variant } => write!(
                 f,
                 "{variant} cannot take local ascents (each micro-batch or replica perturbed by \

@@ -5,9 +5,14 @@ use core::fmt;
 
 use crate::error::SamError;
 
-/// An error from a call that took the module by value, with the module handed back: the
-/// weights as they were before the call (a pending ascent is undone), or the stepped weights
-/// when the step itself succeeded and only what follows it failed (the loss scale's hard stop).
+/// An error from a call that took the module by value, with the module handed back.
+///
+/// **The rule, for every variant and every way through a step:** an error, and a skipped step
+/// (`StepOutcome::UpdateSkipped`, not an error), hand back exactly the module the step was
+/// given, its weights `w`: before the ascent the module as it came, after it `w` from what the
+/// ascent kept (the pending ascent is undone; Momentum-SAM's look-ahead is such an ascent).
+/// The one exception: when the step itself was applied and only what follows it failed (the
+/// loss scale's hard stop), the stepped weights. Between steps the module is always `w`.
 ///
 /// It converts into `Box<dyn Error>` like any error, so `?` works; match on it to keep
 /// training with the module.

@@ -78,11 +78,13 @@ struct Holds {
 }
 
 /// Whether the variant named `variant` keeps state (per-parameter tensors, a cycle) between
-/// steps: all but SAM and GSAM.
+/// steps (a name no variant has: as if it did, so that nothing is dropped silently).
 fn keeps_state(variant: &str) -> bool {
-    ![SamVariant::Sam, SamVariant::gsam()]
+    SamVariant::all()
         .iter()
-        .any(|stateless| stateless.name() == variant)
+        .map(SamVariant::properties)
+        .find(|properties| properties.name == variant)
+        .is_none_or(|properties| properties.keeps_state)
 }
 
 impl Holds {
@@ -220,17 +222,8 @@ pub(crate) fn check_resume(
             Resume::Exactly
         }
     };
-    let fix = match fixes.len() {
-        0 => return Ok(resume),
-        1 => fixes.remove(0),
-        count => {
-            let listed: Vec<String> = fixes
-                .iter()
-                .enumerate()
-                .map(|(index, fix)| format!("({}) {fix}", index + 1))
-                .collect();
-            format!("{count} mismatches: {}", listed.join("; "))
-        }
+    let Some(fix) = joined(fixes) else {
+        return Ok(resume);
     };
     Err(SamError::RecordMismatch {
         epoch: holds.epoch,
@@ -238,6 +231,22 @@ pub(crate) fn check_resume(
         optimizer,
         fix,
     })
+}
+
+/// The one fix, or "N mismatches: (1) ...; (2) ..."; `None` without any.
+fn joined(mut fixes: Vec<String>) -> Option<String> {
+    match fixes.len() {
+        0 => None,
+        1 => Some(fixes.remove(0)),
+        count => {
+            let listed: Vec<String> = fixes
+                .iter()
+                .enumerate()
+                .map(|(index, fix)| format!("({}) {fix}", index + 1))
+                .collect();
+            Some(format!("{count} mismatches: {}", listed.join("; ")))
+        }
+    }
 }
 
 #[cfg(test)]

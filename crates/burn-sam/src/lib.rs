@@ -91,7 +91,7 @@ pub use precision::{MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
 pub use seed::pass_seed;
-pub use variant::{RhoSchedule, SamVariant};
+pub use variant::{DescentFrom, PassRule, PerturbFrom, RhoSchedule, SamVariant, VariantProperties};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -391,8 +391,8 @@ fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// them into kernels when something is read ([`operations_queue`]). Left queued, the update
 /// would fuse with the next step's first operations unless a read (saving a record) came in
 /// between, and kernels fused differently can round differently (CUDA contracts a fused
-/// `a * b + c` into one FMA): on an H200 a resumed LookSAM run differed from the
-/// uninterrupted one in the last bit until steps ended here. Ending every step here makes
+/// `a * b + c` into one FMA), so a resumed run would differ from the uninterrupted one in the
+/// last bit (seen on CUDA: docs/performance.md, "Backend quirks"). Ending every step here makes
 /// each step's kernels the same whatever came before. Where burn-sam's features name the
 /// fused backend's runtime (`fusion` with `cuda` or `wgpu`), the queue is launched without
 /// waiting for it ([`launch_queued`]): the step's one read is its only wait. Elsewhere it

@@ -28,8 +28,8 @@ pub(crate) fn squared_norm_by_matmul<B: Backend>(device: &Device<B>) -> bool {
 /// one multiply per tensor, in place. Elsewhere a read stalls the device's queue, so the
 /// perturbation's scale and a "not finite" flag stay on the device, for a broadcast multiply
 /// and a mask per tensor: fusion folds both into the move's one kernel, while on these CPU
-/// backends they are passes of their own, which never came out ahead in a probe of the MLPs
-/// (2026-12-05, docs/performance.md, "Launches and host waits per step").
+/// backends they are passes of their own, which never came out ahead on the MLPs
+/// (docs/performance.md, "Launches and host waits per step").
 pub(crate) fn reads_are_free<B: Backend>(device: &Device<B>) -> bool {
     matches!(B::name(device).as_str(), "flex" | "ndarray")
 }

@@ -91,15 +91,76 @@ impl SamVariant {
         Self::MomentumSam { mu: 0.9 }
     }
 
+    /// Every variant, at its defaults: what a record's variant name is looked up in.
+    pub fn all() -> [Self; 5] {
+        [
+            Self::Sam,
+            Self::gsam(),
+            Self::look_sam(),
+            Self::friendly_sam(),
+            Self::momentum_sam(),
+        ]
+    }
+
+    /// What the variant is, as data: every property the optimizer, the strategies, the
+    /// records and the logs read, so that they never match on the variant itself.
+    ///
+    /// ```
+    /// use burn_sam::{DescentFrom, PassRule, PerturbFrom, SamVariant};
+    ///
+    /// let look = SamVariant::look_sam().properties();
+    /// assert_eq!(look.passes, PassRule::TwoEvery { k: 10 });
+    /// assert_eq!(look.descent, DescentFrom::KeptDirection { alpha: 0.7 });
+    /// let momentum = SamVariant::momentum_sam().properties();
+    /// assert_eq!(momentum.perturbation, PerturbFrom::Momentum);
+    /// assert!(momentum.keeps_state && !momentum.local_ascent);
+    /// ```
+    pub fn properties(&self) -> VariantProperties {
+        let base = VariantProperties {
+            name: "SAM",
+            passes: PassRule::Two,
+            keeps_state: false,
+            local_ascent: false,
+            perturbation: PerturbFrom::Gradient,
+            descent: DescentFrom::Perturbed,
+        };
+        match *self {
+            Self::Sam => VariantProperties {
+                local_ascent: true,
+                ..base
+            },
+            Self::Gsam { alpha } => VariantProperties {
+                name: "GSAM",
+                descent: DescentFrom::LessOrthogonal { alpha },
+                ..base
+            },
+            Self::LookSam { k, alpha } => VariantProperties {
+                name: "LookSAM",
+                passes: PassRule::TwoEvery { k },
+                keeps_state: true,
+                descent: DescentFrom::KeptDirection { alpha },
+                ..base
+            },
+            Self::FriendlySam { sigma, lambda } => VariantProperties {
+                name: "Friendly-SAM",
+                keeps_state: true,
+                perturbation: PerturbFrom::GradientLessMomentum { sigma, lambda },
+                ..base
+            },
+            Self::MomentumSam { mu } => VariantProperties {
+                name: "Momentum-SAM",
+                passes: PassRule::LookAhead,
+                keeps_state: true,
+                perturbation: PerturbFrom::Momentum,
+                descent: DescentFrom::LookAhead { mu },
+                ..base
+            },
+        }
+    }
+
     /// The variant's short name, as the examples and logs print it.
     pub fn name(&self) -> &'static str {
-        match self {
-            Self::Sam => "SAM",
-            Self::Gsam { .. } => "GSAM",
-            Self::LookSam { .. } => "LookSAM",
-            Self::FriendlySam { .. } => "Friendly-SAM",
-            Self::MomentumSam { .. } => "Momentum-SAM",
-        }
+        self.properties().name
     }
 
     /// Whether the variant can take a perturbation per micro-batch or per replica, each from
@@ -117,9 +178,9 @@ impl SamVariant {
     /// # Errors
     /// [`SamError::LocalAscentVariant`] for every variant but [`SamVariant::Sam`].
     pub fn check_local_ascent(&self) -> Result<(), SamError> {
-        match self {
-            Self::Sam => Ok(()),
-            _ => Err(SamError::LocalAscentVariant {
+        match self.properties().local_ascent {
+            true => Ok(()),
+            false => Err(SamError::LocalAscentVariant {
                 variant: self.name(),
             }),
         }
@@ -144,6 +205,80 @@ impl SamVariant {
             Self::MomentumSam { mu } => check("mu", mu, "in [0, 1)", (0.0..1.0).contains(&mu)),
         }
     }
+}
+
+/// What a variant is ([`SamVariant::properties`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VariantProperties {
+    /// The short name the examples and logs print.
+    pub name: &'static str,
+    /// Which steps take which passes.
+    pub passes: PassRule,
+    /// Whether it keeps state across steps, saved in its record: all but SAM and GSAM.
+    pub keeps_state: bool,
+    /// Whether it can take local ascents, a perturbation per micro-batch or replica from its
+    /// own gradient (m-sharpness): SAM's alone, since every other rule joins one ascent to one
+    /// descent on the same weights.
+    pub local_ascent: bool,
+    /// Where the perturbation comes from.
+    pub perturbation: PerturbFrom,
+    /// What the base optimizer steps with.
+    pub descent: DescentFrom,
+}
+
+/// Which passes a variant's steps take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassRule {
+    /// Two on every step: the ascent's gradient at `w`, the descent's at `w + e`.
+    Two,
+    /// Two on every `k`-th step (0, k, 2k, ...), one on the others (LookSAM).
+    TwoEvery {
+        /// Steps per cycle.
+        k: usize,
+    },
+    /// One, at the look-ahead the ascent moves to without a pass (Momentum-SAM).
+    LookAhead,
+}
+
+/// Where a variant's perturbation comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PerturbFrom {
+    /// The gradient at `w`, normalised to the radius.
+    Gradient,
+    /// The gradient less `sigma` times its momentum, which decays by `lambda` (Friendly-SAM).
+    GradientLessMomentum {
+        /// Weight of the momentum removed.
+        sigma: f64,
+        /// Decay of the momentum.
+        lambda: f64,
+    },
+    /// The momentum of past gradients, against it (Momentum-SAM's `-rho * v / ||v||`).
+    Momentum,
+}
+
+/// The gradient a variant's base optimizer steps with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DescentFrom {
+    /// The gradient at the perturbed weights, as it is (SAM, ASAM, Friendly-SAM): the only one
+    /// whose global norm SAM reads, so the only one `max_grad_norm` clips.
+    Perturbed,
+    /// `g_p - alpha * g_perp` (GSAM).
+    LessOrthogonal {
+        /// Weight of the orthogonal part.
+        alpha: f64,
+    },
+    /// The perturbed gradient on full steps, keeping its part orthogonal to `g`; the gradient
+    /// plus `alpha` times that kept direction on one-pass steps (LookSAM).
+    KeptDirection {
+        /// Weight of the kept direction.
+        alpha: f64,
+    },
+    /// The gradient at the look-ahead, folded into the momentum `v <- mu * v + g`
+    /// (Momentum-SAM).
+    LookAhead {
+        /// Decay of the momentum.
+        mu: f64,
+    },
 }
 
 /// A radius that follows the learning rate, as GSAM schedules it: `rho` (the config's) at
@@ -201,6 +336,35 @@ impl RhoSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn properties_say_what_each_variant_is() {
+        let all = SamVariant::all();
+        let names: Vec<&str> = all.iter().map(SamVariant::name).collect();
+        assert_eq!(
+            names,
+            ["SAM", "GSAM", "LookSAM", "Friendly-SAM", "Momentum-SAM"]
+        );
+        let stateful: Vec<bool> = all.iter().map(|v| v.properties().keeps_state).collect();
+        assert_eq!(stateful, [false, false, true, true, true]);
+        let local: Vec<bool> = all.iter().map(|v| v.properties().local_ascent).collect();
+        assert_eq!(local, [true, false, false, false, false]);
+        let clipped: Vec<bool> = all
+            .iter()
+            .map(|v| v.properties().descent == DescentFrom::Perturbed)
+            .collect();
+        assert_eq!(clipped, [true, false, false, true, false]);
+        let gsam = SamVariant::Gsam { alpha: 0.3 }.properties();
+        assert_eq!(gsam.descent, DescentFrom::LessOrthogonal { alpha: 0.3 });
+        let friendly = SamVariant::friendly_sam().properties();
+        assert_eq!(
+            friendly.perturbation,
+            PerturbFrom::GradientLessMomentum {
+                sigma: 1.0,
+                lambda: 0.9
+            }
+        );
+    }
 
     #[test]
     fn bad_hyperparameters_name_their_field() {

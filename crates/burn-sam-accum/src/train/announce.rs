@@ -1,6 +1,6 @@
 //! The line `SamTraining` starts with: what it will run, so that a log says SAM is on.
 
-use burn_sam::{SamConfig, SamVariant};
+use burn_sam::{PassRule, SamConfig};
 
 /// What a `SamTraining` run does per optimizer step, in one line: the optimizer (SAM's variant,
 /// radius and passes, or none), loss scaling, the accumulation window, replicas and ranks.
@@ -48,12 +48,13 @@ fn sam_settings(config: &SamConfig) -> String {
     if let Some(names) = &config.perturb_only {
         radius += &format!(", perturbing only {names:?}");
     }
-    let passes = match variant {
-        SamVariant::LookSam { k, .. } => format!("2 passes every {k} steps, 1 on the others"),
-        SamVariant::MomentumSam { .. } => {
-            "1 pass per step, at the look-ahead w~ (the Learner's model stays at w)".to_string()
+    let passes = match variant.properties().passes {
+        PassRule::TwoEvery { k } => format!("2 passes every {k} steps, 1 on the others"),
+        PassRule::LookAhead => {
+            "1 pass per step, at the look-ahead w~ (the Learner's model is w between steps)"
+                .to_string()
         }
-        _ => "2 passes per step".to_string(),
+        PassRule::Two => "2 passes per step".to_string(),
     };
     let clipping = match config.max_grad_norm {
         Some(max) => format!(", descent gradient clipped to norm {max}"),
@@ -67,6 +68,8 @@ fn sam_settings(config: &SamConfig) -> String {
 
 #[cfg(test)]
 mod tests {
+    use burn_sam::SamVariant;
+
     use super::*;
 
     #[test]
@@ -84,7 +87,7 @@ mod tests {
         assert_eq!(
             line,
             "burn-sam: SamTraining: Momentum-SAM (MomentumSam { mu: 0.9 }), rho 3, 1 pass per \
-             step, at the look-ahead w~ (the Learner's model stays at w); loss scaling on \
+             step, at the look-ahead w~ (the Learner's model is w between steps); loss scaling on \
              (scale 1024); 4 batches per step (accumulated); 2 replicas on each of 3 ranks"
         );
         let clipped = SamConfig::new().with_max_grad_norm(Some(1.0));

@@ -179,22 +179,12 @@ impl<B: AutodiffBackend> Replicas<B> {
         let threads = jobs.len() > 1 && !transfers_through_host::<B>(self.main());
         let passes: Vec<_> = match threads {
             false => jobs.into_iter().map(pass).collect(),
-            true => std::thread::scope(|scope| {
+            true => {
                 // The weights the workers start from exist before any of them reads them: a
                 // queue of this thread's is not another thread's (one host wait per pass).
                 diagnostics::sync::<B>(self.main()).unwrap_or_else(|error| panic!("{error:?}"));
-                let workers: Vec<_> = jobs
-                    .into_iter()
-                    .map(|job| {
-                        let pass = &pass;
-                        scope.spawn(move || pass(job))
-                    })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|worker| join(worker.join()))
-                    .collect()
-            }),
+                in_threads(jobs, &pass)
+            }
         };
         let mut outputs = Vec::with_capacity(passes.len());
         let mut local = Vec::with_capacity(passes.len());
@@ -402,4 +392,18 @@ fn grad_bytes<B: AutodiffBackend, M: AutodiffModule<B>>(
 
 fn tensor_bytes<B: burn::tensor::backend::Backend, const D: usize>(tensor: &Tensor<B, D>) -> u64 {
     (tensor.shape().num_elements() * tensor.dtype().size()) as u64
+}
+
+/// Runs `pass` on each job in a thread of its own; the results in the jobs' order.
+fn in_threads<J: Send, R: Send>(jobs: Vec<J>, pass: &(impl Fn(J) -> R + Sync)) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = jobs
+            .into_iter()
+            .map(|job| scope.spawn(move || pass(job)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| join(worker.join()))
+            .collect()
+    })
 }

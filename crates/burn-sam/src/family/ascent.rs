@@ -12,6 +12,7 @@ use crate::float::widen;
 use crate::grad_map::{GradMap, ParamGrad};
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
+use crate::variant::{DescentFrom, PerturbFrom, VariantProperties};
 
 pub(super) struct AscentRule<'a> {
     pub(super) rules: &'a FamilyRules,
@@ -22,6 +23,22 @@ pub(super) struct AscentRule<'a> {
     pub(super) loss_scale: f64,
     pub(super) ascent_grads: ParamMap,
     pub(super) state: ParamState<f64>,
+}
+
+impl AscentRule<'_> {
+    /// What a variant's ascent needs of its gradient: whether to keep it for the descent
+    /// (GSAM and LookSAM combine the two), and Friendly-SAM's `(sigma, lambda)`.
+    pub(super) fn needs(properties: &VariantProperties) -> (bool, Option<(f64, f64)>) {
+        let keep = matches!(
+            properties.descent,
+            DescentFrom::LessOrthogonal { .. } | DescentFrom::KeptDirection { .. }
+        );
+        let momentum = match properties.perturbation {
+            PerturbFrom::GradientLessMomentum { sigma, lambda } => Some((sigma, lambda)),
+            PerturbFrom::Gradient | PerturbFrom::Momentum => None,
+        };
+        (keep, momentum)
+    }
 }
 
 impl<B: Backend> GradMap<B> for AscentRule<'_> {

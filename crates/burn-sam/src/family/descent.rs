@@ -7,19 +7,20 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use super::looksam::{run_staged, LookSamOut, LookSamParam, LookSamRule, Staged};
-use super::state_like;
+use super::{state_like, FamilyRules};
 use crate::broadcast::Broadcast;
 use crate::float::widen;
 use crate::global_sum::GlobalSum;
 use crate::grad_map::{GradMap, ParamGrad};
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
+use crate::variant::DescentFrom;
 
 type Scalar<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 1>;
 
 /// `<g, g_p>` and `||g||^2` over the parameters with both gradients, as device scalars, each
 /// a [`GlobalSum`]: on a fused backend a few kernels for all parameters.
-pub(super) fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
+fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
     ascent_grads: &ParamMap,
@@ -72,6 +73,79 @@ pub(super) enum DescentRule<'a, B: Backend> {
         old: ParamState<f64>,
         new: ParamState<f64>,
     },
+}
+
+impl<'a, B: Backend> DescentRule<'a, B> {
+    /// The rule of `rules`' variant for the finite descent gradient `grads` (unscaled norm
+    /// `grad_norm`) and the ascent's gradient (none on a one-pass step); `None` where the
+    /// base optimizer steps with `grads` as they are.
+    pub(super) fn of<AB, M>(
+        rules: &'a mut FamilyRules,
+        module: &M,
+        grads: &GradientsParams,
+        ascent_grads: &ParamMap,
+        loss_scale: f32,
+        grad_norm: f64,
+    ) -> Option<Self>
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+        M: AutodiffModule<AB>,
+    {
+        let inverse_scale = 1.0 / f64::from(loss_scale);
+        let rule = match rules.properties.descent {
+            DescentFrom::Perturbed => return None,
+            DescentFrom::LessOrthogonal { alpha } => {
+                let sums = gsam_sums::<AB, M>(module, grads, ascent_grads)?;
+                let coefficient = rules.gsam_coefficient(sums, loss_scale, grad_norm);
+                DescentRule::Gsam {
+                    alpha,
+                    coefficient: Broadcast::new(coefficient),
+                }
+            }
+            DescentFrom::KeptDirection { alpha } if ascent_grads.is_empty() => {
+                DescentRule::LookSam {
+                    rule: LookSamRule::Reuse { alpha },
+                    kept: &rules.state,
+                }
+            }
+            DescentFrom::KeptDirection { .. } => DescentRule::LookSam {
+                rule: LookSamRule::Keep {
+                    eps: rules.eps,
+                    inverse_scale,
+                },
+                kept: &rules.state,
+            },
+            // The old `v` is taken out, so that `mu * v + g` can run in its buffer.
+            DescentFrom::LookAhead { mu } => DescentRule::Momentum {
+                mu,
+                inverse_scale,
+                old: core::mem::take(&mut rules.state),
+                new: ParamState::default(),
+            },
+        };
+        Some(rule)
+    }
+}
+
+impl FamilyRules {
+    /// GSAM's `cos * ||g|| / (||g_p|| + eps)` with the authors' eps placement, from the
+    /// scaled sums `<g, g_p>` and `||g||^2`; it stays a device scalar: no read.
+    fn gsam_coefficient<B: Backend>(
+        &self,
+        (dot, ascent_squares): (Tensor<B, 1>, Tensor<B, 1>),
+        loss_scale: f32,
+        grad_norm: f64,
+    ) -> Tensor<B, 1> {
+        let scale = f64::from(loss_scale);
+        let ascent_norm = ascent_squares.sqrt().div_scalar(scale);
+        let cosine = dot.div_scalar(scale * scale).div(
+            ascent_norm
+                .clone()
+                .mul_scalar(grad_norm)
+                .add_scalar(self.eps),
+        );
+        (cosine * ascent_norm).div_scalar(grad_norm + self.eps)
+    }
 }
 
 pub(super) struct DescentMap<'a, B: Backend> {

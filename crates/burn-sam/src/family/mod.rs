@@ -19,16 +19,14 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use ascent::AscentRule;
-use descent::{gsam_sums, DescentMap, DescentRule};
-use looksam::LookSamRule;
+use descent::{DescentMap, DescentRule};
 
-use crate::broadcast::Broadcast;
 use crate::error::SamError;
 use crate::grad_map::map_grads;
 use crate::param_map::ParamMap;
 use crate::protocol::Passes;
 use crate::state::ParamState;
-use crate::variant::SamVariant;
+use crate::variant::{PassRule, PerturbFrom, SamVariant, VariantProperties};
 
 /// The member of the SAM family and its state: LookSAM's position in its cycle, and by
 /// parameter (flattened, unscaled, in the gradients' widened float type) Friendly-SAM's
@@ -36,7 +34,7 @@ use crate::variant::SamVariant;
 /// device.
 #[derive(Clone)]
 pub(crate) struct FamilyRules {
-    variant: SamVariant,
+    properties: VariantProperties,
     eps: f64,
     cycle: u64,
     state: ParamState<f64>,
@@ -76,7 +74,7 @@ pub(crate) struct AscentGradients {
 impl FamilyRules {
     pub fn new(variant: SamVariant, eps: f64) -> Self {
         Self {
-            variant,
+            properties: variant.properties(),
             eps,
             cycle: 0,
             state: ParamState::default(),
@@ -86,16 +84,16 @@ impl FamilyRules {
 
     /// False on LookSAM's steps between full ones: they take one pass and no ascent.
     pub fn needs_ascent(&self) -> bool {
-        match self.variant {
-            SamVariant::LookSam { k, .. } => self.cycle.is_multiple_of(k as u64),
-            _ => true,
+        match self.properties.passes {
+            PassRule::TwoEvery { k } => self.cycle.is_multiple_of(k as u64),
+            PassRule::Two | PassRule::LookAhead => true,
         }
     }
 
     /// The passes the next step takes.
     pub fn passes(&self) -> Passes {
-        match self.variant {
-            SamVariant::MomentumSam { .. } => Passes::LookAhead,
+        match self.properties.passes {
+            PassRule::LookAhead => Passes::LookAhead,
             _ if self.needs_ascent() => Passes::Two,
             _ => Passes::One,
         }
@@ -124,14 +122,7 @@ impl FamilyRules {
         B: AutodiffBackend,
         M: AutodiffModule<B>,
     {
-        let keep = matches!(
-            self.variant,
-            SamVariant::Gsam { .. } | SamVariant::LookSam { .. }
-        );
-        let momentum = match self.variant {
-            SamVariant::FriendlySam { sigma, lambda } => Some((sigma, lambda)),
-            _ => None,
-        };
+        let (keep, momentum) = AscentRule::needs(&self.properties);
         if !keep && momentum.is_none() {
             return Ok(AscentGradients {
                 direction: grads,
@@ -166,7 +157,7 @@ impl FamilyRules {
     /// the variant's state as it was, like the base optimizer's.
     pub fn commit(&mut self, ascent_state: ParamState<f64>, rho: f64) {
         self.state.extend(ascent_state);
-        if matches!(self.variant, SamVariant::MomentumSam { .. }) {
+        if self.properties.perturbation == PerturbFrom::Momentum {
             self.rho = rho;
         }
     }
@@ -185,36 +176,9 @@ impl FamilyRules {
         B: AutodiffBackend,
         M: AutodiffModule<B>,
     {
-        let rule = match self.variant {
-            SamVariant::Gsam { alpha } => {
-                let Some(sums) = gsam_sums::<B, M>(module, &grads, ascent_grads) else {
-                    return grads;
-                };
-                let coefficient = self.gsam_coefficient(sums, loss_scale, grad_norm);
-                DescentRule::Gsam {
-                    alpha,
-                    coefficient: Broadcast::new(coefficient),
-                }
-            }
-            SamVariant::LookSam { alpha, .. } if ascent_grads.is_empty() => DescentRule::LookSam {
-                rule: LookSamRule::Reuse { alpha },
-                kept: &self.state,
-            },
-            SamVariant::LookSam { .. } => DescentRule::LookSam {
-                rule: LookSamRule::Keep {
-                    eps: self.eps,
-                    inverse_scale: 1.0 / f64::from(loss_scale),
-                },
-                kept: &self.state,
-            },
-            // The old `v` is taken out, so that `mu * v + g` can run in its buffer.
-            SamVariant::MomentumSam { mu } => DescentRule::Momentum {
-                mu,
-                inverse_scale: 1.0 / f64::from(loss_scale),
-                old: core::mem::take(&mut self.state),
-                new: ParamState::default(),
-            },
-            _ => return grads,
+        let Some(rule) = DescentRule::of(self, module, &grads, ascent_grads, loss_scale, grad_norm)
+        else {
+            return grads;
         };
         let mut descent = DescentMap::new(ascent_grads, rule);
         let (mut out, _) = map_grads(module, grads, &mut descent);
@@ -222,25 +186,6 @@ impl FamilyRules {
             self.state = state;
         }
         out
-    }
-
-    /// GSAM's `cos * ||g|| / (||g_p|| + eps)` with the authors' eps placement, from the
-    /// scaled sums `<g, g_p>` and `||g||^2`; it stays a device scalar: no read.
-    fn gsam_coefficient<B: Backend>(
-        &self,
-        (dot, ascent_squares): (Tensor<B, 1>, Tensor<B, 1>),
-        loss_scale: f32,
-        grad_norm: f64,
-    ) -> Tensor<B, 1> {
-        let scale = f64::from(loss_scale);
-        let ascent_norm = ascent_squares.sqrt().div_scalar(scale);
-        let cosine = dot.div_scalar(scale * scale).div(
-            ascent_norm
-                .clone()
-                .mul_scalar(grad_norm)
-                .add_scalar(self.eps),
-        );
-        (cosine * ascent_norm).div_scalar(grad_norm + self.eps)
     }
 
     /// Counts a finished step: LookSAM's cycle moves on only with steps that did their part

@@ -3,7 +3,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::PendingAscent;
+use super::{PendingAscent, StepOutcome};
 use crate::norm::read_norms;
 use crate::param_map::{AnyValue, ParamMap};
 use crate::perturb::AscentNorm;
@@ -70,4 +70,19 @@ pub(super) enum Descent {
     /// After the replicas' own ascents
     /// ([`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent)).
     Local,
+}
+
+impl Descent {
+    /// What a step that ended with this descent did: whether the base optimizer `applied`
+    /// its update, whether the step took `one_pass` (no gradient ascent), and whether the
+    /// ascent `perturbed` the weights.
+    pub fn outcome(self, applied: bool, one_pass: bool, perturbed: bool) -> StepOutcome {
+        match (applied, self, perturbed) {
+            (false, ..) => StepOutcome::UpdateSkipped,
+            (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
+            (true, Descent::AfterAscent, _) if one_pass => StepOutcome::SinglePass,
+            (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
+            (true, ..) => StepOutcome::Applied,
+        }
+    }
 }

@@ -224,13 +224,7 @@ impl<O> Sam<O> {
             let state = core::mem::take(&mut pending.variant_state);
             self.family.commit(state, self.config.rho_at(lr));
         }
-        let outcome = match (applied, kind, ascent.perturbed) {
-            (false, ..) => StepOutcome::UpdateSkipped,
-            (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
-            (true, Descent::AfterAscent, _) if one_pass => StepOutcome::SinglePass,
-            (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
-            (true, ..) => StepOutcome::Applied,
-        };
+        let outcome = kind.outcome(applied, one_pass, ascent.perturbed);
         let report = or_hand_back!(
             self.finish(ascent, outcome, descent_grad_norm, loss_scale),
             module
