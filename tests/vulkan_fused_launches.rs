@@ -30,12 +30,15 @@ type B = Autodiff<Vulkan>;
 /// operations before them.
 /// The bounds add 2 launches and 0.1 per tensor: autotune chooses among reductions that
 /// launch one or two kernels, by timing, so a loaded machine may choose another for one norm.
-/// A change that adds a launch per tensor, or a wait, fails here.
+/// LookSAM's per-tensor bound adds 0.85: its two norms per parameter are each such a choice,
+/// and on an idle lavapipe VM four runs of this test gave 2.64, 2.80, 3.41 and 2.64 (the
+/// same code; 2026-12-07). A change that adds a launch per tensor (two for LookSAM), or a
+/// wait, fails here.
 const BOUNDS: [(&str, f64, f64, f64); 7] = [
     ("SAM", 21.0, 0.44, 1.0),
     ("ASAM", 26.0, 0.54, 1.0),
     ("GSAM", 37.0, 0.92, 1.0),
-    ("LookSAM k=2", 30.5, 2.75, 1.0),
+    ("LookSAM k=2", 30.5, 3.5, 1.0),
     ("Momentum-SAM", 17.0, 0.67, 1.0),
     ("f16 loss-scaled SAM", 24.0, 0.85, 1.0),
     ("accumulated SAM", 33.0, 0.68, 1.0),
