@@ -284,7 +284,7 @@ impl Modules {
 /// Every path a `use` tree or an inline `crate::`/`super::`/`self::` path names, split at
 /// `::` (a group `{a, b::c}` gives one path per leaf).
 fn imported_paths(code: &str) -> Vec<Vec<String>> {
-    let mut paths = Vec::new();
+    let mut paths: Vec<Vec<String>> = use_trees(code).into_iter().map(|(path, _)| path).collect();
     let bytes = code.as_bytes();
     let mut index = 0;
     while let Some(offset) = code[index..].find(|c: char| c.is_alphabetic() || c == '_') {
@@ -296,11 +296,8 @@ fn imported_paths(code: &str) -> Vec<Vec<String>> {
         let word = &code[start..end];
         let after_path = start > 0 && bytes[start - 1] == b':';
         if word == "use" {
-            let stop = code[end..].find(';').map_or(code.len(), |at| end + at);
-            let mut leaves = Vec::new();
-            expand_tree(&[], code[end..stop].trim(), &mut leaves);
-            paths.extend(leaves.into_iter().map(|(path, _)| path));
-            index = stop;
+            // Its tree is among `use_trees`' leaves: only its end matters here.
+            index = code[end..].find(';').map_or(code.len(), |at| end + at);
             continue;
         }
         if !after_path && matches!(word, "crate" | "super" | "self") {
