@@ -18,6 +18,7 @@ pub mod mixed_precision;
 pub mod momentum_sam;
 pub mod parity;
 pub mod records;
+pub mod schedule;
 pub mod semantics;
 pub mod util;
 
@@ -93,6 +94,12 @@ macro_rules! backend_suite {
                 family_variants_reduce_to_sam => family::variants_reduce_to_sam::<B>(),
                 family_perturb_only_picks_by_type_and_path => family::perturb_only_picks_by_type_and_path::<B>(),
                 rho_zero_equals_base_optimizer => semantics::rho_zero_equals_base_optimizer::<B>(),
+                schedule_limits_are_sam_and_the_base_optimizer => schedule::limits_are_sam_and_the_base_optimizer::<B>(None),
+                schedule_limits_are_sam_and_the_base_optimizer_loss_scaled => schedule::limits_are_sam_and_the_base_optimizer::<B>(Some(burn_sam::LossScalerConfig::new().with_init_scale(1024.0))),
+                schedule_base_steps_leave_the_variant_as_it_was => schedule::base_steps_leave_the_variant_as_it_was::<B>(),
+                schedule_the_split_api_learns_base_steps => schedule::the_split_api_learns_base_steps::<B>(),
+                schedule_loss_scaling_updates_once_per_step => schedule::loss_scaling_updates_once_per_step::<B>(),
+                schedule_records_resume_mid_schedule => schedule::records_resume_mid_schedule::<B>(),
                 api_forms_agree => semantics::api_forms_agree::<B>(),
                 frozen_and_unused_parameters_untouched => semantics::frozen_and_unused_parameters_untouched::<B>(),
                 record_round_trip_resumes_exactly => semantics::record_round_trip_resumes_exactly::<B>(),
@@ -149,6 +156,10 @@ macro_rules! f16_suite {
                 record_round_trip_resumes_exactly => mixed_precision::record_round_trip_resumes_exactly::<B>(),
                 default_scale_backs_off_until_it_fits => mixed_precision::default_scale_backs_off_until_it_fits::<B>(),
                 accumulation_overflow_in_one_micro_batch_skips_the_window => accumulation::overflow_in_one_micro_batch_skips_the_window::<B>(),
+                schedule_limits_are_sam_and_the_base_optimizer => schedule::limits_are_sam_and_the_base_optimizer::<B>(None),
+                schedule_limits_are_sam_and_the_base_optimizer_loss_scaled => schedule::limits_are_sam_and_the_base_optimizer::<B>(Some(burn_sam::LossScalerConfig::new().with_init_scale(1024.0))),
+                schedule_loss_scaling_updates_once_per_step => schedule::loss_scaling_updates_once_per_step::<B>(),
+                schedule_records_resume_mid_schedule => schedule::records_resume_mid_schedule::<B>(),
             ]
         );
     };

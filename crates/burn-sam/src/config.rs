@@ -2,6 +2,7 @@ use burn::config::Config;
 
 use crate::error::ConfigError;
 use crate::scaler::LossScalerConfig;
+use crate::schedule::SamSchedule;
 use crate::variant::{DescentFrom, RhoSchedule, SamVariant};
 
 /// Configuration of [`Sam`](crate::Sam): Sharpness-Aware Minimization (Foret et al., 2021), its
@@ -80,6 +81,13 @@ pub struct SamConfig {
     /// sequence too. With `SamTraining`, one replica per process.
     #[config(default = "None")]
     pub pass_seed: Option<u64>,
+    /// Which optimizer steps are SAM steps: the others are base steps (one pass, the base
+    /// optimizer at `w`, about the base optimizer's cost). `None`: every step is the
+    /// variant's. Allowed with every variant but [`SamVariant::MomentumSam`], whose steps take
+    /// one pass already. With LookSAM the schedule picks LookSAM's steps, and LookSAM's own
+    /// cycle (a full step every `k` of them, one-pass steps between) runs over those.
+    #[config(default = "None")]
+    pub schedule: Option<SamSchedule>,
 }
 
 impl SamConfig {
@@ -135,6 +143,9 @@ impl SamConfig {
         }
         if let Some(schedule) = &self.rho_schedule {
             schedule.validate(self.rho)?;
+        }
+        if let Some(schedule) = &self.schedule {
+            schedule.validate(&self.variant)?;
         }
         if let Some(max) = self.max_grad_norm {
             check("max_grad_norm", max, MAX_GRAD_NORM, max_grad_norm_ok(max))?;

@@ -152,8 +152,8 @@ pub enum SamError {
     UnscaledLoss,
     /// The loss scale hit its minimum and kept overflowing (`max_overflows_at_min`).
     LossScale(LossScaleError),
-    /// `ascend` was called on a step that takes one pass (LookSAM between its full steps):
-    /// call `descend` with the gradient at the unperturbed weights ([`Sam::needs_ascent`](crate::Sam::needs_ascent)).
+    /// `ascend` was called on a step that takes one pass (LookSAM between its full steps, a
+    /// [`SamSchedule`](crate::SamSchedule)'s base step): call `descend` with the gradient at the unperturbed weights ([`Sam::needs_ascent`](crate::Sam::needs_ascent)).
     SinglePassStep,
     /// Momentum-SAM's ascent got gradients: it takes no pass, moving to its look-ahead along
     /// its momentum ([`Passes::LookAhead`](crate::strategy::Passes::LookAhead)).
@@ -235,7 +235,8 @@ const ASCENT_PENDING: &str =
 const FOREIGN_MODULE: &str = "SAM descent got a module whose parameters differ from the ascent's: \
                  pass the module returned by the ascent";
 const SINGLE_PASS_STEP: &str =
-    "SAM ascent on a one-pass step (LookSAM between its full steps): call \
+    "SAM ascent on a one-pass step (LookSAM between its full steps, or a schedule's base \
+                 step): call \
                  `descend` with the gradient at the unperturbed weights; `needs_ascent` \
                  says which steps take two passes";
 const LOOK_AHEAD_GRADIENTS: &str =

@@ -56,6 +56,10 @@ fn sam_settings(config: &SamConfig) -> String {
         }
         PassRule::Two => "2 passes per step".to_string(),
     };
+    let passes = match &config.schedule {
+        Some(schedule) => format!("{passes} on SAM steps, scheduled: {}", schedule.describe()),
+        None => passes,
+    };
     let clipping = match config.max_grad_norm {
         Some(max) => format!(", descent gradient clipped to norm {max}"),
         None => String::new(),
@@ -68,7 +72,7 @@ fn sam_settings(config: &SamConfig) -> String {
 
 #[cfg(test)]
 mod tests {
-    use burn_sam::SamVariant;
+    use burn_sam::{SamSchedule, SamVariant};
 
     use super::*;
 
@@ -96,6 +100,11 @@ mod tests {
         let look = SamConfig::new().with_variant(SamVariant::look_sam());
         assert!(announcement(Some(&look), None, 1, 2, 1)
             .contains("2 passes every 10 steps, 1 on the others; no loss scaling; 1 batch per step; 2 replicas"));
+        let late = SamConfig::new().with_schedule(Some(SamSchedule::From { step: 900 }));
+        assert!(announcement(Some(&late), None, 1, 1, 1).contains(
+            "2 passes per step on SAM steps, scheduled: one-pass base steps before step 900, \
+             SAM from it on; no loss scaling"
+        ));
         assert!(announcement(None, None, 1, 1, 4).ends_with("1 replica on each of 4 ranks"));
         assert!(announcement(None, Some(8.0), 1, 1, 1)
             .starts_with("burn-sam: SamTraining: no SAM (the optimizer is not `Sam`), 1 pass per step; loss scaling on (scale 8)"));

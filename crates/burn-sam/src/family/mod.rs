@@ -25,6 +25,7 @@ use crate::error::SamError;
 use crate::grad_map::map_grads;
 use crate::param_map::ParamMap;
 use crate::protocol::Passes;
+use crate::schedule::SamSchedule;
 use crate::state::ParamState;
 use crate::variant::{PassRule, PerturbFrom, SamVariant, VariantProperties};
 
@@ -39,6 +40,9 @@ pub(crate) struct FamilyRules {
     cycle: u64,
     state: ParamState<f64>,
     rho: f64,
+    schedule: Option<SamSchedule>,
+    /// SAM's step count (`SamStats::steps`), which the schedule reads.
+    steps: u64,
 }
 
 /// The state of a SAM variant, saved in [`SamRecord`](crate::SamRecord).
@@ -72,22 +76,32 @@ pub(crate) struct AscentGradients {
 }
 
 impl FamilyRules {
-    pub fn new(variant: SamVariant, eps: f64) -> Self {
+    pub fn new(variant: SamVariant, eps: f64, schedule: Option<SamSchedule>) -> Self {
         Self {
             properties: variant.properties(),
             eps,
             cycle: 0,
             state: ParamState::default(),
             rho: 0.0,
+            schedule,
+            steps: 0,
         }
     }
 
-    /// False on LookSAM's steps between full ones: they take one pass and no ascent.
+    /// Whether the next step is the variant's, not a schedule's base step.
+    pub fn sam_step(&self) -> bool {
+        let schedule = self.schedule.as_ref();
+        schedule.is_none_or(|schedule| schedule.is_sam_step(self.steps))
+    }
+
+    /// False on LookSAM's steps between full ones and on a schedule's base steps: they take
+    /// one pass and no ascent.
     pub fn needs_ascent(&self) -> bool {
-        match self.properties.passes {
+        let variant = match self.properties.passes {
             PassRule::TwoEvery { k } => self.cycle.is_multiple_of(k as u64),
             PassRule::Two | PassRule::LookAhead => true,
-        }
+        };
+        variant && self.sam_step()
     }
 
     /// The passes the next step takes.
@@ -176,6 +190,9 @@ impl FamilyRules {
         B: AutodiffBackend,
         M: AutodiffModule<B>,
     {
+        if !self.sam_step() {
+            return grads;
+        }
         let Some(rule) = DescentRule::of(self, module, &grads, ascent_grads, loss_scale, grad_norm)
         else {
             return grads;
@@ -188,13 +205,15 @@ impl FamilyRules {
         out
     }
 
-    /// Counts a finished step: LookSAM's cycle moves on only with steps that did their part
-    /// (a full step whose perturbed gradient was applied, or a one-pass step applied), so an
-    /// overflowing full step is retried rather than leaving the cycle without a direction.
+    /// Counts a finished step: LookSAM's cycle moves on only with its steps that did their
+    /// part (a full step whose perturbed gradient was applied, or a one-pass step applied),
+    /// so an overflowing full step is retried rather than leaving the cycle without a
+    /// direction; a schedule's base step is not LookSAM's.
     pub fn advance(&mut self, did_its_part: bool) {
         if did_its_part {
             self.cycle += 1;
         }
+        self.steps += 1;
     }
 
     pub fn to_record<B: AutodiffBackend>(&self) -> VariantRecord {
@@ -211,7 +230,9 @@ impl FamilyRules {
         }
     }
 
-    pub fn load_record(&mut self, record: VariantRecord) {
+    /// Loads the variant's state, and SAM's step count `steps` the schedule reads.
+    pub fn load_record(&mut self, record: VariantRecord, steps: u64) {
+        self.steps = steps;
         self.cycle = record.cycle;
         self.rho = record.rho;
         let values = record.tensors.into_iter();
@@ -241,7 +262,7 @@ mod tests {
 
     #[test]
     fn looksam_takes_one_pass_between_full_steps() {
-        let mut rules = FamilyRules::new(SamVariant::LookSam { k: 3, alpha: 0.7 }, 1e-12);
+        let mut rules = FamilyRules::new(SamVariant::LookSam { k: 3, alpha: 0.7 }, 1e-12, None);
         let mut passes = Vec::new();
         for did_its_part in [true, true, true, false, true, true] {
             passes.push(rules.needs_ascent());
@@ -249,7 +270,7 @@ mod tests {
         }
         // The fourth step (a full one) did not do its part: it is retried.
         assert_eq!(passes, [true, false, false, true, true, false]);
-        let sam = FamilyRules::new(SamVariant::Sam, 1e-12);
+        let sam = FamilyRules::new(SamVariant::Sam, 1e-12, None);
         assert!(sam.needs_ascent());
     }
 }

@@ -93,7 +93,7 @@ pub struct Sam<O> {
 impl<O> Sam<O> {
     pub(crate) fn new(config: SamConfig, base: O, precision: MixedPrecision) -> Self {
         let sam = Self {
-            family: FamilyRules::new(config.variant.clone(), config.eps),
+            family: FamilyRules::new(config.variant.clone(), config.eps, config.schedule.clone()),
             config,
             base,
             pending: None,

@@ -135,10 +135,11 @@ where
         self.base = self.base.load_record(base);
         self.stats = own.stats;
         self.precision.load_record(own.mixed_precision);
-        self.family.load_record(match resume {
+        let variant = match resume {
             Resume::Exactly => own.variant,
             Resume::FreshVariantState => VariantRecord::default(),
-        });
+        };
+        self.family.load_record(variant, own.stats.steps);
         self.publish_passes();
         self.pending = None;
         self

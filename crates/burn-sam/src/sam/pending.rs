@@ -67,6 +67,8 @@ pub(super) enum Descent {
     AfterAscent,
     /// LookSAM's one-pass step.
     SinglePass,
+    /// A schedule's base step: the base optimizer with the gradient at `w`.
+    Base,
     /// After the replicas' own ascents
     /// ([`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent)).
     Local,
@@ -80,6 +82,7 @@ impl Descent {
         match (applied, self, perturbed) {
             (false, ..) => StepOutcome::UpdateSkipped,
             (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
+            (true, Descent::Base, _) => StepOutcome::BaseStep,
             (true, Descent::AfterAscent, _) if one_pass => StepOutcome::SinglePass,
             (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
             (true, ..) => StepOutcome::Applied,

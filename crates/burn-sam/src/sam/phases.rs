@@ -161,9 +161,10 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let descent = match self.pending.is_some() {
-            true => Descent::AfterAscent,
-            false => Descent::SinglePass,
+        let descent = match (self.pending.is_some(), self.family.sam_step()) {
+            (true, _) => Descent::AfterAscent,
+            (false, true) => Descent::SinglePass,
+            (false, false) => Descent::Base,
         };
         if descent == Descent::AfterAscent || self.family.needs_ascent() {
             or_hand_back!(self.check_pending(&module), module);
@@ -192,7 +193,7 @@ impl<O> Sam<O> {
             .and_then(|()| self.precision.grad_squares(&module, &grads));
         let (module, mut pending) = match kind {
             Descent::AfterAscent => self.put_back(module),
-            Descent::SinglePass | Descent::Local => {
+            Descent::SinglePass | Descent::Base | Descent::Local => {
                 (module, Pending::without_ascent(ParamMap::default()))
             }
         };

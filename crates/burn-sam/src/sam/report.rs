@@ -82,6 +82,9 @@ pub enum StepOutcome {
     /// A one-pass step: LookSAM's, stepped with the gradient at the weights plus the direction
     /// kept by the last full step, or Momentum-SAM's, with the gradient at its look-ahead.
     SinglePass,
+    /// A [`SamSchedule`](crate::SamSchedule)'s base step: one pass, the base optimizer
+    /// stepped with the gradient at the weights, as without SAM.
+    BaseStep,
 }
 
 impl StepOutcome {
