@@ -3,7 +3,7 @@
 //! rule), before the ascent and after it, in f32 and under loss scaling.
 
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{GradientsParams, SgdConfig};
+use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use burn_sam::strategy::Passes;
@@ -27,7 +27,11 @@ fn scaled<B: AutodiffBackend, O>(
 }
 
 /// The step's ascent, if it has one, from `model`: the module its last pass is taken at.
-fn ascend<B: AutodiffBackend, O>(sam: &mut Sam<O>, model: Mlp<B>, batch: &Batch<B>) -> Mlp<B> {
+fn ascend<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
+    sam: &mut Sam<O>,
+    model: Mlp<B>,
+    batch: &Batch<B>,
+) -> Mlp<B> {
     match sam.passes() {
         Passes::Two => {
             let grads = scaled(sam, &model, batch);

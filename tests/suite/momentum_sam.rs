@@ -101,7 +101,11 @@ fn momentum_tolerance<B: AutodiffBackend>() -> f64 {
 
 /// Momentum-SAM's look-ahead from `model` (at `w`): the module its next pass is taken at,
 /// from its ascent without gradients, ended without a step.
-fn look_ahead<B: AutodiffBackend, O>(sam: &mut Sam<O>, lr: f64, model: Mlp<B>) -> Mlp<B> {
+fn look_ahead<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
+    sam: &mut Sam<O>,
+    lr: f64,
+    model: Mlp<B>,
+) -> Mlp<B> {
     let ahead = sam.ascend(lr, model, GradientsParams::new()).unwrap();
     let looked = ahead.clone();
     sam.restore(ahead).unwrap();

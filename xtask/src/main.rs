@@ -227,6 +227,7 @@ fn main() {
             run("python3", &["reference/scaler_reference.py"]);
             run("python3", &["reference/family_reference.py"]);
             run("python3", &["reference/clip_reference.py"]);
+            run("python3", &["reference/schedule_reference.py"]);
         }
         ["bench"] => bench::bench(&[]),
         ["bench", "--backends", list] => bench::bench(&list.split(',').collect::<Vec<_>>()),

@@ -27,6 +27,7 @@ pub enum Ascent {
     /// & Flammarion, 2022), with m a micro-batch or a replica's window (DDP's `no_sync()`
     /// ascent). Across replicas: no exchange before the descent, so one exchange and one
     /// broadcast per step, as plain data parallelism. `SamVariant::Sam` only
-    /// ([`SamVariant::check_local_ascent`](burn_sam::SamVariant::check_local_ascent)).
+    /// ([`SamConfig::check_local_ascent`](burn_sam::SamConfig::check_local_ascent): not
+    /// under an adaptive schedule).
     Local,
 }

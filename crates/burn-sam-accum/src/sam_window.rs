@@ -48,6 +48,11 @@ where
         }
         // An overflowed ascent left the weights at `w`: the descent's read finds it.
         let perturbed = sam.ascend(lr, at, grads).map_err(StepError::convert)?;
+        if !sam.awaits_descent() {
+            // An adaptive schedule's base step: the ascent took the whole step.
+            let report = sam.last_report().expect("a finished step's report");
+            return Ok((perturbed, report));
+        }
         match window.gradient(&perturbed, &link) {
             Ok(grads) => sam
                 .descend(lr, perturbed, grads)
@@ -60,7 +65,7 @@ where
     /// `w_i * grad L_i(w + e_i)`; the last descent steps with the sum.
     pub fn local(self, mut module: M) -> WindowResult<M> {
         let Self { sam, lr, window } = self;
-        or_hand_back!(sam.config().variant.check_local_ascent(), module);
+        or_hand_back!(sam.config().check_local_ascent(), module);
         let link = sam.step_link();
         let mut descent = WeightedSum::default();
         let last = window.len() - 1;

@@ -32,6 +32,8 @@ struct Messages {
     has_reader: bool,
     /// The `Learner` epoch a strategy is checkpointing, written into the optimizer's record.
     checkpoint_epoch: Option<u64>,
+    /// Whether the optimizer's ascent waits for its descent (published by the optimizer).
+    awaiting_descent: bool,
 }
 
 /// What an `Optimizer::step` call is, once accepted: a direct call, or a strategy's hand-over
@@ -54,6 +56,7 @@ impl Channel {
             handover: None,
             has_reader,
             checkpoint_epoch: None,
+            awaiting_descent: false,
         })))
     }
 
@@ -66,6 +69,10 @@ impl Channel {
         let mut messages = self.messages();
         messages.passes = passes;
         messages.pass_seed = pass_seed;
+    }
+
+    pub fn publish_awaiting(&self, awaiting: bool) {
+        self.messages().awaiting_descent = awaiting;
     }
 
     pub fn checkpoint_epoch(&self) -> Option<u64> {
@@ -159,6 +166,13 @@ impl StepLink {
             passes,
             loss_scale: self.scale.is_scaling().then(|| self.scale.get()),
         }
+    }
+
+    /// Whether the optimizer's last `step` was an ascent that waits for its descent: false
+    /// after an ascent that took the whole step (an adaptive
+    /// [`SamSchedule`](crate::SamSchedule)'s base step), whose second pass is not run.
+    pub fn awaits_descent(&self) -> bool {
+        self.channel.messages().awaiting_descent
     }
 
     /// Seeds `module`'s backend for micro-batch `micro_batch`'s forward pass of the next step:

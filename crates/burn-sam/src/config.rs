@@ -1,6 +1,6 @@
 use burn::config::Config;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, SamError};
 use crate::scaler::LossScalerConfig;
 use crate::schedule::SamSchedule;
 use crate::variant::{DescentFrom, RhoSchedule, SamVariant};
@@ -96,6 +96,21 @@ impl SamConfig {
         match &self.rho_schedule {
             Some(schedule) => schedule.rho_at(self.rho, lr),
             None => self.rho,
+        }
+    }
+
+    /// Whether a step can take local ascents, a perturbation per micro-batch or replica from
+    /// its own gradient (m-sharpness, data-parallel local ascents): with
+    /// [`SamVariant::Sam`] ([`SamVariant::check_local_ascent`]), and a schedule that decides
+    /// before the step's gradients (not [`SamSchedule::Adaptive`]).
+    ///
+    /// # Errors
+    /// [`SamError::LocalAscentVariant`] and [`SamError::LocalAscentSchedule`].
+    pub fn check_local_ascent(&self) -> Result<(), SamError> {
+        self.variant.check_local_ascent()?;
+        match self.schedule {
+            Some(SamSchedule::Adaptive { .. }) => Err(SamError::LocalAscentSchedule),
+            _ => Ok(()),
         }
     }
 

@@ -167,6 +167,10 @@ pub enum SamError {
         /// The variant's name.
         variant: &'static str,
     },
+    /// Local ascents under an adaptive [`SamSchedule`](crate::SamSchedule), which decides
+    /// between a SAM step and a base step from the step's one gradient
+    /// ([`SamConfig::check_local_ascent`](crate::SamConfig::check_local_ascent)).
+    LocalAscentSchedule,
     /// [`SamConfig::perturb_only`](crate::SamConfig::perturb_only) picked no parameter of the module.
     NothingPicked {
         /// The names given.
@@ -239,6 +243,10 @@ const SINGLE_PASS_STEP: &str =
                  step): call \
                  `descend` with the gradient at the unperturbed weights; `needs_ascent` \
                  says which steps take two passes";
+const LOCAL_ASCENT_SCHEDULE: &str =
+    "an adaptive SamSchedule cannot take local ascents (each micro-batch or replica perturbed \
+     by its own gradient): it decides between a SAM step and a base step from the step's one \
+     gradient; use `Ascent::Synced`, or a schedule of `Every`, `From` or `Random`";
 const LOOK_AHEAD_GRADIENTS: &str =
     "Momentum-SAM's ascent takes no pass: it moves the weights to their look-ahead \
                  `w~` along the momentum. Call `ascend` with `GradientsParams::new()`, take the \
@@ -261,6 +269,7 @@ impl fmt::Display for SamError {
             Self::LossScale(error) => error.fmt(f),
             Self::SinglePassStep => f.write_str(SINGLE_PASS_STEP),
             Self::LookAheadGradients => f.write_str(LOOK_AHEAD_GRADIENTS),
+            Self::LocalAscentSchedule => f.write_str(LOCAL_ASCENT_SCHEDULE),
             Self::LocalAscentVariant { variant } => write!(
                 f,
                 "{variant} cannot take local ascents (each micro-batch or replica perturbed by \

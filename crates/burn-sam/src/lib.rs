@@ -91,7 +91,7 @@ pub use norm::grad_norm;
 pub use precision::{MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
 pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
-pub use schedule::SamSchedule;
+pub use schedule::{SamSchedule, ScheduleRecord};
 pub use seed::pass_seed;
 pub use variant::{DescentFrom, PassRule, PerturbFrom, RhoSchedule, SamVariant, VariantProperties};
 

@@ -2,6 +2,7 @@
 //! SAM's step count, read by every two-pass variant.
 
 use burn::config::Config;
+use burn::record::Record;
 
 use crate::error::ConfigError;
 use crate::variant::{PassRule, SamVariant};
@@ -10,21 +11,28 @@ use crate::variant::{PassRule, SamVariant};
 /// the others are **base steps**: one pass, and the base optimizer steps `w` with the gradient
 /// at `w`, as it would without SAM.
 ///
-/// The decision is a function of SAM's step count ([`SamStats::steps`](crate::SamStats),
-/// every step counted, skipped ones too, saved in the record): every replica and rank takes
-/// the same decisions, and a resumed run takes the uninterrupted run's. A base step leaves the
-/// variant's state as it is (Friendly-SAM's momentum, LookSAM's cycle and kept direction), and
-/// updates the loss scale once, as every step does.
+/// `Every`, `From` and `Random` decide from SAM's step count
+/// ([`SamStats::steps`](crate::SamStats), every step counted, skipped ones too, saved in the
+/// record), before the step: [`Sam::passes`](crate::Sam::passes) says
+/// [`Passes::One`](crate::strategy::Passes::One) for a base step. `Adaptive` decides from the
+/// first pass's gradient, in the ascent: an ascent it turns into a base step takes the step
+/// itself ([`Sam::awaits_descent`](crate::Sam::awaits_descent) is then false). Either way every
+/// replica and rank takes the same decisions (they see the same combined gradient), and a
+/// resumed run takes the uninterrupted run's. A base step leaves the variant's state as it is
+/// (Friendly-SAM's momentum, LookSAM's cycle and kept direction), and updates the loss scale
+/// once, as every step does.
 ///
 /// ```
 /// use burn_sam::{SamConfig, SamSchedule};
 ///
 /// let late = SamConfig::new().with_schedule(Some(SamSchedule::From { step: 7_500 }));
-/// assert!(!late.schedule.as_ref().unwrap().is_sam_step(7_499));
-/// assert!(late.schedule.as_ref().unwrap().is_sam_step(7_500));
+/// assert_eq!(late.schedule.as_ref().unwrap().sam_step(7_499), Some(false));
+/// assert_eq!(late.schedule.as_ref().unwrap().sam_step(7_500), Some(true));
 /// let every = SamSchedule::Every { k: 5 };
-/// let sam_steps: Vec<u64> = (0..12).filter(|&step| every.is_sam_step(step)).collect();
+/// let sam_steps: Vec<u64> = (0..12).filter(|&step| every.sam_step(step) == Some(true)).collect();
 /// assert_eq!(sam_steps, [0, 5, 10]);
+/// // AE-SAM's rule waits for the step's first gradient.
+/// assert_eq!(SamSchedule::adaptive(10_000).sam_step(0), None);
 /// ```
 #[derive(Config, Debug, PartialEq)]
 pub enum SamSchedule {
@@ -49,15 +57,94 @@ pub enum SamSchedule {
         /// The draws' seed.
         seed: u64,
     },
+    /// AE-SAM's rule (Jiang et al., ICLR 2023): a SAM step when the squared norm `x` of the
+    /// step's first gradient (at `w`, unscaled, over every parameter with a gradient) is large
+    /// against its running mean and variance, `x >= mean + c * sqrt(variance)`, where
+    /// `mean <- decay * mean + (1 - decay) * x` and
+    /// `variance <- decay * variance + (1 - decay) * (x - mean)^2` (both from 0, updated
+    /// before the test, by every step whose `x` is finite), and `c` moves linearly from
+    /// `threshold_start` at step 0 to `threshold_end` at step `steps` (then stays). A lower
+    /// `c` fires more often. The statistics are in SAM's record.
+    Adaptive {
+        /// The statistics' decay `delta`. Allowed: in `[0, 1)`.
+        decay: f64,
+        /// `c` at step 0. Allowed: finite.
+        threshold_start: f64,
+        /// `c` from step `steps` on. Allowed: finite.
+        threshold_end: f64,
+        /// The steps over which `c` moves (the run's length, for AE-SAM). Allowed: `>= 1`.
+        steps: u64,
+    },
+}
+
+/// The running statistics of [`SamSchedule::Adaptive`], saved in
+/// [`SamRecord`](crate::SamRecord).
+#[derive(Record, Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScheduleRecord {
+    /// The running mean of the first gradient's squared norm.
+    pub mean: f64,
+    /// Its running variance.
+    pub variance: f64,
+}
+
+/// An adaptive step's decision and the statistics that include its gradient, kept once the
+/// step is counted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Decision {
+    pub sam: bool,
+    pub statistics: ScheduleRecord,
 }
 
 impl SamSchedule {
-    /// Whether step `step` (SAM's step count before it, from 0) is a SAM step.
-    pub fn is_sam_step(&self, step: u64) -> bool {
+    /// AE-SAM over a run of `steps` optimizer steps, with decay 0.9 and `c` from 1 down to -1:
+    /// few SAM steps early, more later, about half over the run on a steady gradient norm
+    /// (our reading of the paper's settings).
+    pub fn adaptive(steps: u64) -> Self {
+        Self::Adaptive {
+            decay: 0.9,
+            threshold_start: 1.0,
+            threshold_end: -1.0,
+            steps,
+        }
+    }
+
+    /// Whether step `step` (SAM's step count before it, from 0) is a SAM step; `None` for
+    /// [`SamSchedule::Adaptive`], which decides from the step's first gradient.
+    pub fn sam_step(&self, step: u64) -> Option<bool> {
         match *self {
-            Self::Every { k } => step.is_multiple_of(k.max(1)),
-            Self::From { step: first } => step >= first,
-            Self::Random { p, seed } => uniform(seed, step) < p,
+            Self::Every { k } => Some(step.is_multiple_of(k.max(1))),
+            Self::From { step: first } => Some(step >= first),
+            Self::Random { p, seed } => Some(uniform(seed, step) < p),
+            Self::Adaptive { .. } => None,
+        }
+    }
+
+    /// [`SamSchedule::Adaptive`]'s decision for step `step` from the squared norm of its first
+    /// gradient, with the statistics `before` it: a SAM step when that norm is not finite
+    /// (the ascent then skips itself, as without a schedule; the statistics stay).
+    pub(crate) fn decide(&self, step: u64, squared_norm: f64, before: ScheduleRecord) -> Decision {
+        let Self::Adaptive {
+            decay,
+            threshold_start,
+            threshold_end,
+            steps,
+        } = *self
+        else {
+            unreachable!("only an adaptive schedule decides from the gradient")
+        };
+        if !squared_norm.is_finite() {
+            return Decision {
+                sam: true,
+                statistics: before,
+            };
+        }
+        let mean = decay * before.mean + (1.0 - decay) * squared_norm;
+        let variance = decay * before.variance + (1.0 - decay) * (squared_norm - mean).powi(2);
+        let progress = (step as f64 / steps as f64).min(1.0);
+        let c = threshold_start + (threshold_end - threshold_start) * progress;
+        Decision {
+            sam: squared_norm >= mean + c * variance.sqrt(),
+            statistics: ScheduleRecord { mean, variance },
         }
     }
 
@@ -71,6 +158,16 @@ impl SamSchedule {
             Self::Random { p, seed } => {
                 format!("SAM on a random {p} of the steps (seed {seed}), one-pass base steps on the others")
             }
+            Self::Adaptive {
+                decay,
+                threshold_start,
+                threshold_end,
+                steps,
+            } => format!(
+                "AE-SAM: SAM when the first gradient's squared norm >= mean + c * std (decay \
+                 {decay}, c from {threshold_start} to {threshold_end} over {steps} steps), \
+                 one-pass base steps on the others"
+            ),
         }
     }
 
@@ -85,6 +182,28 @@ impl SamSchedule {
             Self::Every { k } => check("k", k as f64, "an integer >= 1", k >= 1)?,
             Self::From { .. } => {}
             Self::Random { p, .. } => check("p", p, "in [0, 1]", (0.0..=1.0).contains(&p))?,
+            Self::Adaptive {
+                decay,
+                threshold_start,
+                threshold_end,
+                steps,
+            } => {
+                check("decay", decay, "in [0, 1)", (0.0..1.0).contains(&decay))?;
+                let finite = "finite";
+                check(
+                    "threshold_start",
+                    threshold_start,
+                    finite,
+                    threshold_start.is_finite(),
+                )?;
+                check(
+                    "threshold_end",
+                    threshold_end,
+                    finite,
+                    threshold_end.is_finite(),
+                )?;
+                check("steps", steps as f64, "an integer >= 1", steps >= 1)?;
+            }
         }
         ConfigError::check(
             "SamConfig",
@@ -117,7 +236,7 @@ mod tests {
 
     fn sam_steps(schedule: SamSchedule, steps: u64) -> Vec<u64> {
         (0..steps)
-            .filter(|&step| schedule.is_sam_step(step))
+            .filter(|&step| schedule.sam_step(step) == Some(true))
             .collect()
     }
 
@@ -140,6 +259,51 @@ mod tests {
     }
 
     #[test]
+    fn adaptive_fires_on_gradients_large_against_their_statistics() {
+        let schedule = SamSchedule::Adaptive {
+            decay: 0.5,
+            threshold_start: 0.0,
+            threshold_end: 2.0,
+            steps: 2,
+        };
+        // Step 0: mean 0.5 * 4 = 2, variance 0.5 * (4 - 2)^2 = 2, c 0: 4 >= 2 fires.
+        let first = schedule.decide(0, 4.0, ScheduleRecord::default());
+        let statistics = ScheduleRecord {
+            mean: 2.0,
+            variance: 2.0,
+        };
+        assert_eq!(
+            first,
+            Decision {
+                sam: true,
+                statistics
+            }
+        );
+        // Step 1: mean 1.5, variance 0.5 * 2 + 0.5 * 0.25 = 1.125, c 1: 1 < 1.5 + 1.06.
+        let second = schedule.decide(1, 1.0, statistics);
+        assert!(!second.sam);
+        assert_eq!(
+            second.statistics,
+            ScheduleRecord {
+                mean: 1.5,
+                variance: 1.125
+            }
+        );
+        // Past `steps`, c stays at 2; a non-finite norm is a SAM step that changes nothing.
+        let late = schedule.decide(10, 1.5 + 2.0 * 1.125f64.sqrt(), second.statistics);
+        assert!(!late.sam, "the norm enters the mean before the test");
+        let overflow = schedule.decide(3, f64::INFINITY, second.statistics);
+        assert_eq!(
+            overflow,
+            Decision {
+                sam: true,
+                statistics: second.statistics
+            }
+        );
+        assert_eq!(schedule.sam_step(0), None);
+    }
+
+    #[test]
     fn bad_schedules_name_their_field_and_momentum_sam_is_refused() {
         let field = |schedule: SamSchedule| schedule.validate(&SamVariant::Sam).unwrap_err();
         let error = field(SamSchedule::Every { k: 0 });
@@ -148,6 +312,18 @@ mod tests {
             let error = field(SamSchedule::Random { p, seed: 0 });
             assert_eq!((error.config, error.field), ("SamSchedule", "p"));
         }
+        let adaptive = |decay, threshold_start, steps| SamSchedule::Adaptive {
+            decay,
+            threshold_start,
+            threshold_end: 0.0,
+            steps,
+        };
+        assert_eq!(field(adaptive(1.0, 0.0, 10)).field, "decay");
+        assert_eq!(field(adaptive(0.9, f64::NAN, 10)).field, "threshold_start");
+        assert_eq!(field(adaptive(0.9, 0.0, 0)).field, "steps");
+        assert!(SamSchedule::adaptive(100)
+            .validate(&SamVariant::Sam)
+            .is_ok());
         let every = SamSchedule::Every { k: 2 };
         for variant in SamVariant::all() {
             let checked = every.validate(&variant);

@@ -78,7 +78,7 @@ where
             !devices.is_empty(),
         )?;
         if let (Ascent::Local, Some(config)) = (ascent, optim.sam_config()) {
-            config.variant.check_local_ascent()?;
+            config.check_local_ascent()?;
         }
         Ok(Self {
             replicas: Replicas::new(devices),

@@ -95,6 +95,11 @@ where
                 report(first.take().expect("the first pass's outputs"));
             }
             self.step_linked(learner, grads, Handover::Gradient { loss_scale });
+            if pass < passes && !self.link.awaits_descent() {
+                // An adaptive schedule's base step: the ascent took the whole step.
+                report(first.take().expect("the first pass's outputs"));
+                return;
+            }
         }
     }
 

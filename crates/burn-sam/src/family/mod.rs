@@ -25,7 +25,7 @@ use crate::error::SamError;
 use crate::grad_map::map_grads;
 use crate::param_map::ParamMap;
 use crate::protocol::Passes;
-use crate::schedule::SamSchedule;
+use crate::schedule::{Decision, SamSchedule, ScheduleRecord};
 use crate::state::ParamState;
 use crate::variant::{PassRule, PerturbFrom, SamVariant, VariantProperties};
 
@@ -43,6 +43,9 @@ pub(crate) struct FamilyRules {
     schedule: Option<SamSchedule>,
     /// SAM's step count (`SamStats::steps`), which the schedule reads.
     steps: u64,
+    /// An adaptive schedule's statistics, and its decision for the step under way.
+    statistics: ScheduleRecord,
+    decision: Option<Decision>,
 }
 
 /// The state of a SAM variant, saved in [`SamRecord`](crate::SamRecord).
@@ -85,13 +88,39 @@ impl FamilyRules {
             rho: 0.0,
             schedule,
             steps: 0,
+            statistics: ScheduleRecord::default(),
+            decision: None,
         }
     }
 
-    /// Whether the next step is the variant's, not a schedule's base step.
+    /// Whether the next step is the variant's, not a schedule's base step; an adaptive
+    /// schedule's step is the variant's until its first gradient decides otherwise.
     pub fn sam_step(&self) -> bool {
-        let schedule = self.schedule.as_ref();
-        schedule.is_none_or(|schedule| schedule.is_sam_step(self.steps))
+        let Some(schedule) = &self.schedule else {
+            return true;
+        };
+        let decided = self.decision.map(|decision| decision.sam);
+        schedule.sam_step(self.steps).or(decided).unwrap_or(true)
+    }
+
+    /// Whether the schedule decides from the step's first gradient (AE-SAM).
+    pub fn decides_from_gradient(&self) -> bool {
+        matches!(self.schedule, Some(SamSchedule::Adaptive { .. }))
+    }
+
+    /// The adaptive schedule's decision from the squared norm of the step's first gradient,
+    /// held for the step (and kept with its statistics once it is counted); returns whether
+    /// it is a SAM step.
+    pub fn decide(&mut self, squared_norm: f64) -> bool {
+        let schedule = self.schedule.as_ref().expect("an adaptive schedule");
+        let decision = schedule.decide(self.steps, squared_norm, self.statistics);
+        self.decision = Some(decision);
+        decision.sam
+    }
+
+    /// Forgets a decision whose step was refused.
+    pub fn undecide(&mut self) {
+        self.decision = None;
     }
 
     /// False on LookSAM's steps between full ones and on a schedule's base steps: they take
@@ -214,6 +243,14 @@ impl FamilyRules {
             self.cycle += 1;
         }
         self.steps += 1;
+        if let Some(decision) = self.decision.take() {
+            self.statistics = decision.statistics;
+        }
+    }
+
+    /// The adaptive schedule's statistics, for the record (`None` without one).
+    pub fn schedule_record(&self) -> Option<ScheduleRecord> {
+        self.decides_from_gradient().then_some(self.statistics)
     }
 
     pub fn to_record<B: AutodiffBackend>(&self) -> VariantRecord {
@@ -230,9 +267,17 @@ impl FamilyRules {
         }
     }
 
-    /// Loads the variant's state, and SAM's step count `steps` the schedule reads.
-    pub fn load_record(&mut self, record: VariantRecord, steps: u64) {
+    /// Loads the variant's state, SAM's step count `steps` the schedule reads and an adaptive
+    /// schedule's statistics (from 0 where the record has none).
+    pub fn load_record(
+        &mut self,
+        record: VariantRecord,
+        steps: u64,
+        statistics: Option<ScheduleRecord>,
+    ) {
         self.steps = steps;
+        self.statistics = statistics.unwrap_or_default();
+        self.decision = None;
         self.cycle = record.cycle;
         self.rho = record.rho;
         let values = record.tensors.into_iter();

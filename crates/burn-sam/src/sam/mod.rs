@@ -88,6 +88,7 @@ pub struct Sam<O> {
     channel: Channel,
     /// `Optimizer::step` without a strategy's hand-over is the caller's own pass loop.
     step_per_pass: bool,
+    last_report: Option<StepReport>,
 }
 
 impl<O> Sam<O> {
@@ -101,6 +102,7 @@ impl<O> Sam<O> {
             precision,
             channel: Channel::new(),
             step_per_pass: false,
+            last_report: None,
         };
         sam.publish_passes();
         sam
@@ -191,6 +193,19 @@ impl<O> Sam<O> {
     /// no gradients, descend from the gradient at the `w~` it returned).
     pub fn passes(&self) -> Passes {
         self.family.passes()
+    }
+
+    /// Whether an ascent waits for its descent: after [`Sam::ascend`], unless an adaptive
+    /// [`SamSchedule`](crate::SamSchedule) decided from its gradient that the step is a base
+    /// step, which the ascent then took (its report is [`Sam::last_report`]).
+    pub fn awaits_descent(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// What the last finished step did: for calls that hand back only the module
+    /// (`Optimizer::step`, an ascent that took a base step).
+    pub fn last_report(&self) -> Option<StepReport> {
+        self.last_report
     }
 
     /// The configuration.

@@ -5,7 +5,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::pending::Descent;
+use super::pending::{Ascended, Descent};
 use super::{Sam, SamRecord};
 use crate::channel::Call;
 use crate::error::SamError;
@@ -47,7 +47,7 @@ impl<O> Sam<O> {
             Handover::Gradient { .. } => Ok(Phase::Descent),
             Handover::LocalDescent { .. } if self.pending.is_some() => Err(SamError::AscentPending),
             Handover::LocalDescent { .. } => {
-                self.config.variant.check_local_ascent()?;
+                self.config.check_local_ascent()?;
                 Ok(Phase::LocalDescent)
             }
         }
@@ -68,7 +68,10 @@ impl<O> Sam<O> {
     {
         let phase = or_hand_back!(self.phase(call), module);
         let stepped = match phase {
-            Phase::Ascent => return self.ascent(lr, module, grads, call),
+            Phase::Ascent => {
+                let ascended = self.ascent(lr, module, grads, call);
+                return ascended.map(Ascended::into_module);
+            }
             Phase::Descent => self.descent(lr, module, grads, call),
             Phase::LocalDescent => self.step_descent(lr, module, grads, Descent::Local, call),
         };
@@ -123,6 +126,7 @@ where
             mixed_precision: self.precision.to_record::<B>(),
             variant: self.family.to_record::<B>(),
             label: Some(label),
+            schedule: self.family.schedule_record(),
         };
         (self.base.to_record(), own)
     }
@@ -139,9 +143,11 @@ where
             Resume::Exactly => own.variant,
             Resume::FreshVariantState => VariantRecord::default(),
         };
-        self.family.load_record(variant, own.stats.steps);
+        self.family
+            .load_record(variant, own.stats.steps, own.schedule);
         self.publish_passes();
         self.pending = None;
+        self.channel.publish_awaiting(false);
         self
     }
 }

@@ -9,7 +9,7 @@ use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
-use super::pending::{Descent, Pending};
+use super::pending::{Ascended, Descent, Pending};
 use super::{PendingAscent, Sam, SamStep, StepOutcome, StepReport};
 use crate::channel::Call;
 use crate::error::SamError;
@@ -56,21 +56,25 @@ impl<O> Sam<O> {
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
+        O: Optimizer<M, B>,
     {
         self.ascent(lr, module, grads, Call::Direct)
+            .map(Ascended::into_module)
     }
 
-    /// [`Sam::ascend`], for a `call` that may be a strategy's hand-over.
+    /// [`Sam::ascend`], for a `call` that may be a strategy's hand-over: the module at which
+    /// the step's next pass is taken, or the step taken (an adaptive schedule's base step).
     pub(super) fn ascent<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
         call: Call,
-    ) -> Result<M, StepError<M>>
+    ) -> Result<Ascended<M>, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
+        O: Optimizer<M, B>,
     {
         if self.pending.is_some() {
             return Err(StepError::new(module, SamError::AscentPending));
@@ -84,9 +88,58 @@ impl<O> Sam<O> {
             }
             let rho = self.family.look_ahead_rho();
             let (module, snapshot) = look_ahead_by(module, self.family.momentum(), rho);
-            self.pending = Some(Pending::without_ascent(snapshot));
-            return Ok(module);
+            self.hold(Pending::without_ascent(snapshot));
+            return Ok(Ascended::Moved(module));
         }
+        let taken = match self.family.decides_from_gradient() {
+            true => self.decided_ascent(lr, module, grads, call),
+            false => self
+                .gradient_ascent(lr, module, grads, call)
+                .map(Ascended::Moved),
+        };
+        if taken.is_err() {
+            self.family.undecide();
+        }
+        taken
+    }
+
+    /// An adaptive schedule's ascent: its decision from the gradient's norm (a host read),
+    /// then SAM's ascent or the whole base step.
+    fn decided_ascent<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        call: Call,
+    ) -> Result<Ascended<M>, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+    {
+        let norm = or_hand_back!(self.precision.grad_norm(&module, &grads), module);
+        match self.family.decide(norm * norm) {
+            true => self
+                .gradient_ascent(lr, module, grads, call)
+                .map(Ascended::Moved),
+            false => self
+                .step_descent(lr, module, grads, Descent::Base, call)
+                .map(|(module, report)| Ascended::Stepped(module, report)),
+        }
+    }
+
+    /// SAM's ascent from the gradient at `w`: the module moved to `w + e(w)`, `w` kept.
+    fn gradient_ascent<M, B>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        call: Call,
+    ) -> Result<M, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+    {
         or_hand_back!(self.precision.check_scaled(call), module);
         let picked = or_hand_back!(
             perturbed_params(&module, self.config.perturb_only.as_deref()),
@@ -106,13 +159,19 @@ impl<O> Sam<O> {
             loss_scale,
             picked,
         )?;
-        self.pending = Some(Pending {
+        self.hold(Pending {
             snapshot: moved.snapshot,
             ascent_grads: ascent.ascent_grads,
             variant_state: ascent.state,
             ascent_norm: Some(AnyValue::new(moved.norm)),
         });
         Ok(moved.module)
+    }
+
+    /// Keeps what the ascent left for the descent, and tells strategies a descent is awaited.
+    fn hold(&mut self, pending: Pending) {
+        self.pending = Some(pending);
+        self.channel.publish_awaiting(true);
     }
 
     /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
@@ -291,6 +350,7 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
     {
         let mut pending = self.pending.take().expect("checked by check_pending");
+        self.channel.publish_awaiting(false);
         // A loss scaled within the step that ends here must not vouch for the next phase.
         self.precision.handle().take_loss_scaled();
         sync_running_states(&module);
@@ -325,6 +385,7 @@ impl<O> Sam<O> {
             loss_scale,
         };
         log::debug!("SAM step {}: {report:?}", self.stats.steps);
+        self.last_report = Some(report);
         Ok(report)
     }
 
@@ -360,15 +421,21 @@ impl<O> Sam<O> {
             self.precision.handle().scale_loss(first).backward(),
             &module,
         );
-        let perturbed = match passes {
-            Passes::Two => self.ascend(lr, module, grads)?,
+        let stepped = match passes {
+            Passes::Two => self.ascent(lr, module, grads, Call::Direct)?,
             Passes::One | Passes::LookAhead => {
                 let (module, report) = self.descend(lr, module, grads)?;
+                Ascended::Stepped(module, report)
+            }
+        };
+        let perturbed = match stepped {
+            Ascended::Moved(perturbed) => perturbed,
+            Ascended::Stepped(module, report) => {
                 return Ok(SamStep {
                     module,
                     loss: first_value,
                     report,
-                });
+                })
             }
         };
         // The same seed as the first pass's: the same dropout masks.

@@ -7,6 +7,7 @@ use burn::tensor::Tensor;
 use crate::family::VariantRecord;
 use crate::label::SamRecordLabel;
 use crate::precision::MixedPrecisionRecord;
+use crate::schedule::ScheduleRecord;
 
 /// What [`Sam::ascend`](super::Sam::ascend) did, as its descent (or
 /// [`Phases::pending_ascent`](crate::strategy::Phases::pending_ascent)) reads it.
@@ -67,6 +68,9 @@ pub struct SamRecord {
     pub variant: VariantRecord,
     /// What wrote the record; `None` in records written before labels existed.
     pub label: Option<SamRecordLabel>,
+    /// An adaptive [`SamSchedule`](crate::SamSchedule)'s statistics; `None` without one, and
+    /// in records written before schedules existed (the statistics then start from 0).
+    pub schedule: Option<ScheduleRecord>,
 }
 
 /// What one SAM step did.
