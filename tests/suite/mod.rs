@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod accumulation;
+pub mod adaptive;
 pub mod batchnorm;
 pub mod clipping;
 pub mod family;
@@ -100,6 +101,10 @@ macro_rules! backend_suite {
                 schedule_the_split_api_learns_base_steps => schedule::the_split_api_learns_base_steps::<B>(),
                 schedule_loss_scaling_updates_once_per_step => schedule::loss_scaling_updates_once_per_step::<B>(),
                 schedule_records_resume_mid_schedule => schedule::records_resume_mid_schedule::<B>(),
+                parity_adaptive_sgd => adaptive::run::<B>("adaptive_sgd"),
+                parity_adaptive_sgd_momentum => adaptive::run::<B>("adaptive_sgd_momentum"),
+                adaptive_limits_and_the_ascent_that_steps => adaptive::limits_and_the_ascent_that_steps::<B>(),
+                adaptive_records_resume_the_statistics => adaptive::records_resume_the_statistics::<B>(),
                 api_forms_agree => semantics::api_forms_agree::<B>(),
                 frozen_and_unused_parameters_untouched => semantics::frozen_and_unused_parameters_untouched::<B>(),
                 record_round_trip_resumes_exactly => semantics::record_round_trip_resumes_exactly::<B>(),
@@ -160,6 +165,8 @@ macro_rules! f16_suite {
                 schedule_limits_are_sam_and_the_base_optimizer_loss_scaled => schedule::limits_are_sam_and_the_base_optimizer::<B>(Some(burn_sam::LossScalerConfig::new().with_init_scale(1024.0))),
                 schedule_loss_scaling_updates_once_per_step => schedule::loss_scaling_updates_once_per_step::<B>(),
                 schedule_records_resume_mid_schedule => schedule::records_resume_mid_schedule::<B>(),
+                adaptive_limits_and_the_ascent_that_steps => adaptive::limits_and_the_ascent_that_steps::<B>(),
+                adaptive_records_resume_the_statistics => adaptive::records_resume_the_statistics::<B>(),
             ]
         );
     };
