@@ -32,7 +32,8 @@ use burn::train::{
     TrainOutput, TrainStep,
 };
 use burn_sam::{
-    cast_params, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant,
+    cast_params, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamRecord, SamSchedule,
+    SamVariant, StepOutcome,
 };
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
@@ -815,30 +816,72 @@ fn a_plain_optimizer_accumulates_to_burns_large_batch() {
 }
 
 #[test]
-fn every_variant_in_the_learner_equals_its_step_with() {
+fn every_variant_and_schedule_in_the_learner_equals_its_step_with() {
     // One epoch, unshuffled: `SamTraining` must run the passes each step takes (one on
-    // LookSAM's cheap steps; a second pass there would start the next step), so the Learner's
-    // weights equal `step_with`'s over the same batches.
-    for variant in [
-        SamVariant::Gsam { alpha: 0.3 },
-        SamVariant::LookSam { k: 3, alpha: 0.7 },
-        SamVariant::friendly_sam(),
+    // LookSAM's cheap steps and a schedule's base steps; a second pass there would start the
+    // next step), so the Learner's weights equal `step_with`'s over the same batches.
+    let adaptive = SamSchedule::Adaptive {
+        decay: 0.5,
+        threshold_start: 0.5,
+        threshold_end: 0.5,
+        steps: 8,
+    };
+    let sam = SamConfig::new().with_rho(0.1);
+    for (name, config) in [
+        (
+            "GSAM",
+            sam.clone().with_variant(SamVariant::Gsam { alpha: 0.3 }),
+        ),
+        (
+            "LookSAM",
+            sam.clone()
+                .with_variant(SamVariant::LookSam { k: 3, alpha: 0.7 }),
+        ),
+        (
+            "Friendly-SAM",
+            sam.clone().with_variant(SamVariant::friendly_sam()),
+        ),
+        (
+            "Every-2",
+            sam.clone().with_schedule(Some(SamSchedule::Every { k: 2 })),
+        ),
+        (
+            "Random",
+            sam.clone()
+                .with_schedule(Some(SamSchedule::Random { p: 0.5, seed: 1 })),
+        ),
+        (
+            "Adaptive",
+            sam.clone().with_schedule(Some(adaptive.clone())),
+        ),
     ] {
-        let config = SamConfig::new().with_rho(0.1).with_variant(variant.clone());
         let model = model();
         let mut by_hand = config.init(sgd());
         let mut expected = model.clone();
+        let mut outcomes = Vec::new();
         for batch in train_loader(16, None).iter() {
-            let step = by_hand.step_with(0.05, expected, |m: &Model| m.loss(&batch));
-            expected = step.unwrap().module;
+            let step = by_hand
+                .step_with(0.05, expected, |m: &Model| m.loss(&batch))
+                .unwrap();
+            outcomes.push(step.report.outcome);
+            expected = step.module;
+        }
+        if config.schedule.is_some() {
+            assert!(
+                outcomes.contains(&StepOutcome::BaseStep),
+                "{name}: {outcomes:?}"
+            );
+            assert!(
+                outcomes.contains(&StepOutcome::Applied),
+                "{name}: {outcomes:?}"
+            );
         }
 
         let optim = config.init(sgd());
         let strategy = SamTraining::new(Default::default(), &optim);
         let learner = Learner::new(model, optim, 0.05);
-        let name = format!("variant-{}", variant.name());
         let trained = run(
-            &artifacts(&name),
+            &artifacts(&format!("variant-{name}")),
             train_loader(16, None),
             1,
             learner,
@@ -846,7 +889,7 @@ fn every_variant_in_the_learner_equals_its_step_with() {
             None,
         );
         let difference = max_difference(&weights(&trained), &weights(&expected.valid()));
-        assert!(difference < 1e-6, "{}: {difference}", variant.name());
+        assert!(difference < 1e-6, "{name}: {difference}");
     }
 }
 

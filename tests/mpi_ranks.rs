@@ -39,7 +39,7 @@ use burn::train::{
     ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
 };
 use burn_sam::LossScaling;
-use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamVariant};
+use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamSchedule, SamVariant};
 use burn_sam_accum::train::{Ascent, Ranks, SamTraining};
 use burn_sam_accum::{AccumError, WindowOptimizer};
 use burn_sam_suite::{ClassBatch, ClassBatcher, Example, Quiet};
@@ -150,17 +150,12 @@ where
 }
 
 fn ranks_equal_one_process(ranks: &Ranks) {
-    let sam = |variant: SamVariant| {
-        SamConfig::new()
-            .with_rho(0.05)
-            .with_variant(variant)
-            .init(dp::sgd::<B>(true))
-    };
+    let sam = SamConfig::new().with_rho(0.05);
     // Windows of 3 batches: every replica's window is short (2 batches per epoch with 2 ranks).
     let mut cases = vec![
-        (SamVariant::Sam, (Ascent::Synced, 1)),
-        (SamVariant::Sam, (Ascent::Local, 1)),
-        (SamVariant::Sam, (Ascent::Synced, 3)),
+        (sam.clone(), (Ascent::Synced, 1)),
+        (sam.clone(), (Ascent::Local, 1)),
+        (sam.clone(), (Ascent::Synced, 3)),
     ];
     // LookSAM every second step: full and one-pass steps both cross the ranks.
     for variant in [
@@ -169,13 +164,26 @@ fn ranks_equal_one_process(ranks: &Ranks) {
         SamVariant::friendly_sam(),
         SamVariant::momentum_sam(),
     ] {
-        cases.push((variant, (Ascent::Synced, 1)));
+        cases.push((sam.clone().with_variant(variant), (Ascent::Synced, 1)));
     }
-    for (variant, setup) in cases {
-        let name = variant.name();
-        let optim = sam(variant.clone());
+    // Schedules: every rank decides alike, from the step count or the combined gradient.
+    let adaptive = SamSchedule::Adaptive {
+        decay: 0.5,
+        threshold_start: 0.5,
+        threshold_end: 0.5,
+        steps: 10,
+    };
+    let random = SamSchedule::Random { p: 0.5, seed: 2 };
+    cases.push((sam.clone().with_schedule(Some(random)), (Ascent::Local, 1)));
+    cases.push((
+        sam.clone().with_schedule(Some(adaptive)),
+        (Ascent::Synced, 1),
+    ));
+    for (config, setup) in cases {
+        let name = format!("{} {:?}", config.variant.name(), config.schedule);
+        let optim = config.init(dp::sgd::<B>(true));
         let expected = train(None, model(), job_devices(ranks), optim, setup);
-        let optim = sam(variant);
+        let optim = config.init(dp::sgd::<B>(true));
         let actual = train(
             Some(ranks),
             model_on(ranks),

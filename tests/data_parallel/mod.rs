@@ -19,7 +19,7 @@ use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
 use burn_sam::LossScaling;
-use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamVariant};
+use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamSchedule, SamVariant};
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{
@@ -451,20 +451,28 @@ pub fn replicated_window_is_the_single_device_window<B: AutodiffBackend>(devices
 pub fn synced_runs_every_variant<B: AutodiffBackend>(devices: [Device<B>; 2]) {
     let model = model::<B>(&devices[0]);
     // LookSAM every second step: full and one-pass steps both cross the replicas. Momentum-SAM
-    // sends every replica the same look-ahead.
-    let variants = [
-        SamVariant::gsam(),
-        SamVariant::LookSam { k: 2, alpha: 0.7 },
-        SamVariant::friendly_sam(),
-        SamVariant::momentum_sam(),
+    // sends every replica the same look-ahead. Schedules decide alike on every replica: from
+    // the step count, or (AE-SAM) from the combined first gradient.
+    let sam = SamConfig::new().with_rho(0.05);
+    let adaptive = SamSchedule::Adaptive {
+        decay: 0.5,
+        threshold_start: 0.5,
+        threshold_end: 0.5,
+        steps: 10,
+    };
+    let configs = [
+        sam.clone().with_variant(SamVariant::gsam()),
+        sam.clone()
+            .with_variant(SamVariant::LookSam { k: 2, alpha: 0.7 }),
+        sam.clone().with_variant(SamVariant::friendly_sam()),
+        sam.clone().with_variant(SamVariant::momentum_sam()),
+        sam.clone()
+            .with_schedule(Some(SamSchedule::Random { p: 0.5, seed: 2 })),
+        sam.clone().with_schedule(Some(adaptive)),
     ];
-    for variant in variants {
-        let optim = || {
-            SamConfig::new()
-                .with_rho(0.05)
-                .with_variant(variant.clone())
-                .init(sgd::<B>(true))
-        };
+    for config in configs {
+        let what = format!("{} {:?}", config.variant.name(), config.schedule);
+        let optim = || config.init(sgd::<B>(true));
         let sam = optim();
         let single = SamTraining::new(devices[0].clone(), &sam).with_items(ClassBatch::len);
         let expected = run(
@@ -488,7 +496,7 @@ pub fn synced_runs_every_variant<B: AutodiffBackend>(devices: [Device<B>; 2]) {
         // The halves' gradients are summed in another order than the union batch's, in f32;
         // LookSAM's `||g|| / ||g_v||` scales that rounding up (seen: 1.1e-5 after 6 steps).
         let difference = relative_difference(&weights(&actual), &weights(&expected));
-        assert!(difference <= 1e-4, "{}: {difference:e}", variant.name());
+        assert!(difference <= 1e-4, "{what}: {difference:e}");
     }
 }
 
@@ -746,6 +754,22 @@ pub fn local_variant_refused<B: AutodiffBackend>(devices: [Device<B>; 2]) {
     .expect("refused");
     assert!(
         error.to_string().contains("GSAM cannot take local ascents"),
+        "{error}"
+    );
+    let adaptive = SamConfig::new()
+        .with_schedule(Some(SamSchedule::adaptive(100)))
+        .init(sgd::<B>(false));
+    let error = SamTraining::<Components<B, f64, Sam<SgdOptim<B>>>>::data_parallel(
+        devices.to_vec(),
+        &adaptive,
+        Ascent::Local,
+    )
+    .err()
+    .expect("refused");
+    assert!(
+        error
+            .to_string()
+            .contains("an adaptive SamSchedule cannot take local ascents"),
         "{error}"
     );
     assert!(

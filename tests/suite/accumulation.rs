@@ -11,7 +11,7 @@ use burn_sam::strategy::{Passes, Phases, StepLink};
 use burn_sam::LossScaling;
 use burn_sam::{
     LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam, SamConfig, SamError,
-    SamRecord, SamVariant, StepOutcome,
+    SamRecord, SamSchedule, SamVariant, StepOutcome,
 };
 use burn_sam_accum::{
     AccumError, Accumulation, AccumulationConfig, Ascent, MicroBatch, Window, WindowOptimizer,
@@ -156,44 +156,69 @@ pub fn plain_trajectory_equals_the_large_batch<B: AutodiffBackend>() {
     assert_ne!(tensors(&model), tensors(&problem.model));
 }
 
-/// Five steps of exact SAM (SGD with momentum): accumulated, and on the union.
+/// Five steps of exact SAM (SGD with momentum), of each variant and under schedules (a base
+/// step in a window takes one pass over it): accumulated, and on the union.
 pub fn exact_sam_trajectory_equals_the_large_batch<B: AutodiffBackend>() {
     let problem = problem::<B>(5);
     let sizes: [&[usize]; 5] = [&[3, 4, 1], &[5, 3], &[1, 1, 6], &[8], &[2, 2, 4]];
-    for variant in [
+    let sam = SamConfig::new().with_rho(0.1);
+    let adaptive = SamSchedule::Adaptive {
+        decay: 0.5,
+        threshold_start: 0.5,
+        threshold_end: 0.5,
+        steps: 5,
+    };
+    let mut configs: Vec<SamConfig> = [
         SamVariant::Sam,
         SamVariant::Gsam { alpha: 0.3 },
         SamVariant::LookSam { k: 2, alpha: 0.7 },
         SamVariant::friendly_sam(),
         SamVariant::momentum_sam(),
-    ] {
+    ]
+    .map(|variant| sam.clone().with_variant(variant))
+    .into();
+    configs.push(sam.clone().with_schedule(Some(SamSchedule::Every { k: 3 })));
+    configs.push(sam.clone().with_schedule(Some(adaptive)));
+    for config in configs {
+        let what = format!("{} {:?}", config.variant.name(), config.schedule);
         let sam = || {
             let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new()));
-            let config = SamConfig::new().with_rho(0.1).with_variant(variant.clone());
             config.init(sgd.init())
         };
         let mut optim = sam();
         let mut expected = problem.model.clone();
+        let mut outcomes = Vec::new();
         for batch in &problem.batches {
             let step = optim.step_with(0.1, expected, |m: &Mlp<B>| loss(m, batch));
-            expected = step.unwrap().module;
+            let step = step.unwrap();
+            outcomes.push(step.report.outcome);
+            expected = step.module;
         }
 
         let mut accumulation = AccumulationConfig::new(3).init(sam());
         let mut model = problem.model.clone();
-        for (batch, sizes) in problem.batches.iter().zip(sizes) {
+        for ((batch, sizes), outcome) in problem.batches.iter().zip(sizes).zip(&outcomes) {
             let two_passes = accumulation.optimizer().passes() == Passes::Two;
             let step = accumulation
                 .step(0.1, model, &split(batch, sizes), loss::<B>)
                 .unwrap();
             let report = step.report.sam.expect("a SAM report");
             assert!(step.report.applied);
-            assert_eq!(two_passes, report.outcome == StepOutcome::Applied);
-            assert!(!two_passes || report.ascent_grad_norm > 0.0);
+            assert_eq!(report.outcome, *outcome, "{what}");
+            assert!(
+                two_passes || report.outcome != StepOutcome::Applied,
+                "{what}"
+            );
+            assert!(report.outcome != StepOutcome::Applied || report.ascent_grad_norm > 0.0);
             model = step.module;
         }
+        if config.schedule.is_some() {
+            assert!(
+                outcomes.contains(&StepOutcome::BaseStep),
+                "{what}: {outcomes:?}"
+            );
+        }
         let error = relative_error(&tensors(&model), &tensors(&expected));
-        let what = variant.name();
         assert!(error <= trajectory_tolerance::<B>(), "{what}: {error:e}");
         assert_eq!(accumulation.optimizer().stats().steps, 5, "{what}");
     }
