@@ -1,11 +1,13 @@
 //! [`Sam`]: the optimizer a user holds, its configuration's `init`, and what it reports. The
-//! phases of a step are in `phases`, what the ascent leaves for the descent in `pending`, and
-//! the `Optimizer` implementation that strategies and Burn's `Learner` call in `optimizer`.
+//! phases of a step are in `phases`, the one-call step in `step_with`, what the ascent leaves
+//! for the descent in `pending`, and the `Optimizer` implementation that strategies and
+//! Burn's `Learner` call in `optimizer`.
 
 mod optimizer;
 mod pending;
 mod phases;
 mod report;
+mod step_with;
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;

@@ -1,0 +1,75 @@
+//! [`Sam::step_with`]: a step's passes in one call, with the loss as a closure of the model.
+
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsParams, LearningRate, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+
+use super::pending::Ascended;
+use super::{Sam, SamStep};
+use crate::channel::Call;
+use crate::hand_back::StepError;
+use crate::protocol::Passes;
+
+impl<O> Sam<O> {
+    /// The step's passes in one call: `loss` is evaluated at `w`, then at `w + e(w)`, and the
+    /// base optimizer steps `w`; on a one-pass step ([`Sam::needs_ascent`] false) `loss` is
+    /// evaluated once, and Momentum-SAM's once at its look-ahead `w~`. Returns the updated
+    /// weights `w` (an error hands back the `module` given), the first pass's loss and a
+    /// report. With loss scaling the losses are scaled before each backward pass: the closure
+    /// is the same as in f32 training.
+    pub fn step_with<M, B, F>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        mut loss: F,
+    ) -> Result<SamStep<M, B>, StepError<M>>
+    where
+        M: AutodiffModule<B>,
+        B: AutodiffBackend,
+        O: Optimizer<M, B>,
+        F: FnMut(&M) -> Tensor<B, 1>,
+    {
+        let passes = self.family.passes();
+        let module = match passes {
+            Passes::LookAhead => self.ascend(lr, module, GradientsParams::new())?,
+            Passes::One | Passes::Two => module,
+        };
+        self.channel.seed_pass(&module, 0);
+        let first = loss(&module);
+        // Keeping only the value lets the first pass's graph, and the weights it saved, go
+        // once it is back-propagated: the base optimizer can then update them in place.
+        let first_value = first.clone().detach();
+        let grads = GradientsParams::from_grads(
+            self.precision.handle().scale_loss(first).backward(),
+            &module,
+        );
+        let stepped = match passes {
+            Passes::Two => self.ascent(lr, module, grads, Call::Direct)?,
+            Passes::One | Passes::LookAhead => {
+                let (module, report) = self.descend(lr, module, grads)?;
+                Ascended::Stepped(module, report)
+            }
+        };
+        let perturbed = match stepped {
+            Ascended::Moved(perturbed) => perturbed,
+            Ascended::Stepped(module, report) => {
+                return Ok(SamStep {
+                    module,
+                    loss: first_value,
+                    report,
+                })
+            }
+        };
+        // The same seed as the first pass's: the same dropout masks.
+        self.channel.seed_pass(&perturbed, 0);
+        let second = self.precision.handle().scale_loss(loss(&perturbed));
+        let grads = GradientsParams::from_grads(second.backward(), &perturbed);
+        let (module, report) = self.descend(lr, perturbed, grads)?;
+        Ok(SamStep {
+            module,
+            loss: first_value,
+            report,
+        })
+    }
+}
