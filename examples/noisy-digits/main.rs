@@ -18,7 +18,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Sgd, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::FloatDType;
-use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamVariant};
+use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamSchedule, SamVariant};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -91,7 +91,10 @@ pub struct Args {
     hidden: Vec<usize>,
     /// Methods to compare: sgd, sam, asam, gsam, looksam, fsam, msam (GSAM and Friendly-SAM
     /// with their papers' defaults: alpha 0.01; sigma 1 and lambda 0.9; Momentum-SAM with
-    /// SGD's momentum 0.9 and `--msam-rho`).
+    /// SGD's momentum 0.9 and `--msam-rho`), and SAM on a schedule of its steps: every2 and
+    /// every5 (SAM every 2nd or 5th step; `-scaled`: with `rho` times 2 or 5, as Composer
+    /// scales it), late50 and late75 (SGD first, SAM for the last 50% or 25% of the run),
+    /// random50 (SAM on a random half of the steps) and adaptive (AE-SAM over the run).
     #[arg(
         long,
         value_enum,
@@ -131,6 +134,22 @@ enum Method {
     Looksam,
     Fsam,
     Msam,
+    /// SAM every 2nd step (`SamSchedule::Every`), base steps between.
+    Every2,
+    /// SAM every 2nd step with `rho` times 2, as Composer scales it.
+    Every2Scaled,
+    /// SAM every 5th step.
+    Every5,
+    /// SAM every 5th step with `rho` times 5.
+    Every5Scaled,
+    /// SGD for the first half of the run, SAM for the second (`SamSchedule::From`).
+    Late50,
+    /// SGD for the first 75% of the run, SAM for the last quarter.
+    Late75,
+    /// SAM on a random half of the steps (`SamSchedule::Random`).
+    Random50,
+    /// AE-SAM over the run (`SamSchedule::adaptive`).
+    Adaptive,
 }
 
 impl Method {
@@ -143,6 +162,30 @@ impl Method {
             Method::Looksam => "looksam",
             Method::Fsam => "fsam",
             Method::Msam => "msam",
+            Method::Every2 => "every2",
+            Method::Every2Scaled => "every2-scaled",
+            Method::Every5 => "every5",
+            Method::Every5Scaled => "every5-scaled",
+            Method::Late50 => "late50",
+            Method::Late75 => "late75",
+            Method::Random50 => "random50",
+            Method::Adaptive => "adaptive",
+        }
+    }
+
+    /// Which steps are SAM steps, in a run of `steps` optimizer steps (`seed` its seed).
+    fn schedule(self, steps: u64, seed: u64) -> Option<SamSchedule> {
+        let from = |fraction: f64| SamSchedule::From {
+            step: (steps as f64 * fraction).round() as u64,
+        };
+        match self {
+            Method::Every2 | Method::Every2Scaled => Some(SamSchedule::Every { k: 2 }),
+            Method::Every5 | Method::Every5Scaled => Some(SamSchedule::Every { k: 5 }),
+            Method::Late50 => Some(from(0.5)),
+            Method::Late75 => Some(from(0.75)),
+            Method::Random50 => Some(SamSchedule::Random { p: 0.5, seed }),
+            Method::Adaptive => Some(SamSchedule::adaptive(steps)),
+            _ => None,
         }
     }
 }
@@ -190,7 +233,8 @@ impl Args {
             return bad(
                 "methods",
                 &"(none)",
-                "one or more of sgd, sam, asam, gsam, looksam, fsam, msam",
+                "one or more of sgd, sam, asam, gsam, looksam, fsam, msam, every2, every2-scaled, \
+                 every5, every5-scaled, late50, late75, random50, adaptive",
             );
         }
         if !(1..1797).contains(&self.test_size) {
@@ -211,6 +255,7 @@ impl Args {
             }),
             Method::Fsam => Some(SamVariant::friendly_sam()),
             Method::Msam => Some(SamVariant::momentum_sam()),
+            _ => Some(SamVariant::Sam),
         }
     }
 
@@ -219,6 +264,8 @@ impl Args {
             Method::Sgd => None,
             Method::Asam => Some(self.asam_rho),
             Method::Msam => Some(self.msam_rho),
+            Method::Every2Scaled => Some(self.rho * 2.0),
+            Method::Every5Scaled => Some(self.rho * 5.0),
             _ => Some(self.rho),
         }
     }
@@ -245,10 +292,12 @@ fn train_method(
             train::train(setup, LossScaledConfig::new(scaling).init(sgd()), progress)
         }
         (Some(variant), scaling) => {
+            let steps = setup.epochs * setup.train.len().div_ceil(setup.batch_size);
             let sam = SamConfig::new()
                 .with_rho(args.rho(method).expect("SAM has a radius"))
                 .with_adaptive(method == Method::Asam)
                 .with_variant(variant)
+                .with_schedule(method.schedule(steps as u64, setup.seed))
                 .with_loss_scaling(scaling);
             train::train(setup, sam.init(sgd()), progress)
         }
