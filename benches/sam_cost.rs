@@ -23,7 +23,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
-use burn_sam::{LossScalerConfig, SamConfig, SamVariant};
+use burn_sam::{LossScalerConfig, SamConfig, SamSchedule, SamVariant};
 use burn_sam_accum::MicroBatch;
 use burn_sam_suite::bench::{
     accumulated_step, base_step, batch, copy_as, largest_param, paired_medians, param_pass_step,
@@ -113,6 +113,13 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
     // SGD with the momentum Momentum-SAM keeps (mu 0.9, no dampening): its base optimizer.
     let momentum_sgd = || sgd().with_momentum(Some(MomentumConfig::new().with_dampening(0.0)));
 
+    let never = |schedule| SamConfig::new().with_schedule(Some(schedule));
+    let never_firing = SamSchedule::Adaptive {
+        decay: 0.9,
+        threshold_start: 1e6,
+        threshold_end: 1e6,
+        steps: 1,
+    };
     let timed = |name, start, step| Timed { name, start, step };
     let mut steps: Vec<Timed<M>> = vec![
         timed("base_step", &model, base_step(sgd(), &f32_batch)),
@@ -162,6 +169,22 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
                 momentum_sgd(),
                 &f32_batch,
             ),
+        ),
+        // A schedule's base step inside SAM, against the base optimizer's own step: every
+        // step a base step (a late phase that never comes; AE-SAM never firing).
+        timed(
+            "base_in_sam_step",
+            &model,
+            sam_step(
+                never(SamSchedule::From { step: u64::MAX }),
+                sgd(),
+                &f32_batch,
+            ),
+        ),
+        timed(
+            "adaptive_base_in_sam_step",
+            &model,
+            sam_step(never(never_firing), sgd(), &f32_batch),
         ),
         timed("param_pass", &model, param_pass_step()),
         timed("large_batch_step", &model, base_step(sgd(), &large)),

@@ -14,7 +14,7 @@ use burn::optim::{AdamConfig, GradientsParams, Sgd, SgdConfig};
 use burn::tensor::{Distribution, Tensor};
 use burn_sam::diagnostics::{device_reads, device_syncs};
 use burn_sam::LossScaling;
-use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamVariant};
+use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamSchedule, SamVariant};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 use burn_sam_suite::{blobs, ClassBatcher, Classifier, Mlp, MlpConfig, Quiet};
@@ -53,6 +53,13 @@ fn one_read_per_pass_and_no_sync() {
     // Reads in each of three steps: LookSAM's one-pass steps and Momentum-SAM's steps read
     // once, the others once per pass.
     let variant = |variant| SamConfig::new().with_variant(variant);
+    let scheduled = |schedule| SamConfig::new().with_schedule(Some(schedule));
+    let adaptive = |c| SamSchedule::Adaptive {
+        decay: 0.9,
+        threshold_start: c,
+        threshold_end: c,
+        steps: 3,
+    };
     let variants = [
         ("SAM", SamConfig::new(), [2, 2, 2]),
         ("ASAM", SamConfig::new().with_adaptive(true), [2, 2, 2]),
@@ -68,6 +75,15 @@ fn one_read_per_pass_and_no_sync() {
             variant(SamVariant::momentum_sam()),
             [1, 1, 1],
         ),
+        // A schedule's base step reads once, as the base optimizer's step; AE-SAM reads the
+        // first gradient's norm to decide (its base step needs no other read).
+        (
+            "SAM every 2",
+            scheduled(SamSchedule::Every { k: 2 }),
+            [2, 1, 2],
+        ),
+        ("AE-SAM firing", scheduled(adaptive(-1e6)), [3, 3, 3]),
+        ("AE-SAM not firing", scheduled(adaptive(1e6)), [1, 1, 1]),
     ];
     for (name, config, reads) in variants {
         for scaling in [None, scaling.clone()] {

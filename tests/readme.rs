@@ -95,6 +95,38 @@ fn sam_family() -> Result {
 }
 
 #[test]
+fn schedules() -> Result {
+    let (lr, batches) = (0.05, batches(8));
+    let (epochs, batches_per_epoch) = (1, batches.len() as u64);
+    let mut model = model();
+    // readme: schedules
+    use burn::optim::momentum::MomentumConfig;
+    use burn::optim::SgdConfig;
+    use burn_sam::{SamConfig, SamSchedule, StepOutcome};
+
+    // SGD for the first half of the run, SAM for the second (late-phase SAM).
+    let run = epochs * batches_per_epoch;
+    let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new()));
+    let mut optim = SamConfig::new()
+        .with_rho(0.3)
+        .with_schedule(Some(SamSchedule::From { step: run / 2 }))
+        .try_init(sgd.init())?;
+
+    for batch in batches {
+        // A base step calls the closure once: one pass, SGD's own step.
+        let step = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?;
+        let sam_step = step.report.outcome != StepOutcome::BaseStep;
+        model = step.module;
+        println!("SAM step: {sam_step}");
+    }
+    // readme-end
+    assert_eq!(optim.stats().steps, 8);
+    assert_eq!(optim.last_report().unwrap().outcome, StepOutcome::Applied);
+    drop(model);
+    Ok(())
+}
+
+#[test]
 fn optimizer_step() -> Result {
     let (lr, batches) = (0.05, batches(3));
     let mut model = model();

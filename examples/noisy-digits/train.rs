@@ -6,6 +6,7 @@ use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor};
+use burn_sam::StepOutcome;
 use burn_sam_accum::{AccumulationConfig, MicroBatch, WindowOptimizer};
 use burn_sam_suite::{Mlp, MlpConfig};
 
@@ -31,6 +32,9 @@ pub struct Run {
     pub epoch_seconds: f64,
     /// `||w||` over every parameter at the end (Momentum-SAM's radius against the weights).
     pub weight_norm: f64,
+    /// The fraction of steps that took SAM's two passes (LookSAM's full steps; none for SGD
+    /// and Momentum-SAM).
+    pub two_pass_steps: f64,
 }
 
 /// Trains with `optimizer` (any Burn optimizer, `LossScaled` or `Sam`, driven through
@@ -57,6 +61,7 @@ where
     let mut order: Vec<usize> = (0..setup.train.len()).collect();
     let mut test_accuracy = Vec::new();
     let mut seconds = 0.0;
+    let (mut steps, mut two_pass) = (0, 0);
     for epoch in 1..=setup.epochs {
         let start = Instant::now();
         rng.shuffle(&mut order);
@@ -64,7 +69,14 @@ where
             let batch = setup.train.batch::<B>(indices, setup.dtype, &device);
             let window = [MicroBatch::new(batch)];
             let step = optimizer.step(setup.lr, model, &window, loss);
-            model = step.expect("a training step").module;
+            let step = step.expect("a training step");
+            let outcome = step.report.sam.map(|report| report.outcome);
+            steps += 1;
+            two_pass += usize::from(matches!(
+                outcome,
+                Some(StepOutcome::Applied | StepOutcome::AscentSkipped)
+            ));
+            model = step.module;
         }
         seconds += start.elapsed().as_secs_f64();
         test_accuracy.push(accuracy(&model.valid(), setup.test, setup.dtype));
@@ -76,6 +88,7 @@ where
         weight_norm: weight_norm(&weights),
         test_accuracy,
         epoch_seconds: seconds / setup.epochs as f64,
+        two_pass_steps: two_pass as f64 / steps as f64,
     }
 }
 

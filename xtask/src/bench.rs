@@ -208,6 +208,24 @@ pub fn bench(only: &[&str]) {
         );
     }
 
+    println!("\nA schedule's base step inside SAM (`SamSchedule::From` that never comes; `Adaptive` that never");
+    println!("fires: its decision reads the first gradient's norm) against the base optimizer's own step:\n");
+    println!("| backend | model | base step | base step inside SAM | base_in_sam_over_base | adaptive base step | adaptive_base_over_base | host waits (inside SAM, adaptive) |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (&(backend, model), facts) in rows.iter().zip(&facts) {
+        let row = (backend, model);
+        println!(
+            "| {backend} | {model} | {:.2} ms | {:.2} ms | {:.3} | {:.2} ms | {:.3} | {}, {} |",
+            ms(row, "base_step"),
+            ms(row, "base_in_sam_step"),
+            ratio(facts, "base_in_sam_step", "base_step"),
+            ms(row, "adaptive_base_in_sam_step"),
+            ratio(facts, "adaptive_base_in_sam_step", "base_step"),
+            facts["base_in_sam_step_host_waits"],
+            facts["adaptive_base_in_sam_step_host_waits"],
+        );
+    }
+
     println!("\nf16 parameters (real f16 arithmetic, f32 master weights in both):\n");
     println!("| backend | model | unscaled f16 SAM | scaled f16 SAM | scaled_over_unscaled_f16 | host waits per scaled step |");
     println!("|---|---|---|---|---|---|");

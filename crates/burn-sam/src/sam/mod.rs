@@ -31,8 +31,9 @@ pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepR
 /// Each batch takes two passes. The ascent moves the weights `w` to `w + e(w)` and keeps `w`;
 /// the descent puts `w` back and lets `O` step it with the gradient taken at `w + e(w)`.
 /// LookSAM's steps between its full ones take one pass ([`Sam::needs_ascent`] is false): the
-/// descent alone, with the gradient at `w`. Momentum-SAM's ascent takes no pass: it moves to
-/// its look-ahead `w~`, where its one pass is taken ([`Sam::passes`]).
+/// descent alone, with the gradient at `w`; so do a [`SamSchedule`](crate::SamSchedule)'s base
+/// steps, where the base optimizer steps as without SAM. Momentum-SAM's ascent takes no pass:
+/// it moves to its look-ahead `w~`, where its one pass is taken ([`Sam::passes`]).
 ///
 /// Between steps the module is always at `w`, for every variant and every way of driving
 /// it: what you evaluate, validate or save after a step is the model itself. An error, and
@@ -114,7 +115,8 @@ impl<O> Sam<O> {
     /// optimizers that runs a forward and backward pass on the same batch before each call:
     /// two calls per batch (ascent, then descent), one where [`Sam::needs_ascent`] is false.
     /// Momentum-SAM's first call takes no gradients (`GradientsParams::new()`, no pass) and
-    /// hands back its look-ahead `w~`, where the pass for the second call is taken.
+    /// hands back its look-ahead `w~`, where the pass for the second call is taken. Under an
+    /// adaptive schedule, make the second call only while [`Sam::awaits_descent`].
     ///
     /// Without it, such a call panics with [`SamError::UnlinkedStep`]: Burn's default `Learner`
     /// strategy makes it once per batch, which is not SAM. A training strategy
@@ -183,16 +185,18 @@ impl<O> Sam<O> {
     }
 
     /// Whether this step starts with [`Sam::ascend`]: false on LookSAM's steps between its
-    /// full ones, which take one pass, straight to [`Sam::descend`], and while an ascent
-    /// waits for its descent.
+    /// full ones and on a schedule's base steps, which take one pass, straight to
+    /// [`Sam::descend`], and while an ascent waits for its descent.
     pub fn needs_ascent(&self) -> bool {
         self.pending.is_none() && self.family.needs_ascent()
     }
 
     /// The passes the next step takes: [`Passes::Two`] (ascend from the gradient at `w`,
-    /// descend from the one at `w + e`), [`Passes::One`] (LookSAM between its full steps:
-    /// descend from the gradient at `w`) or [`Passes::LookAhead`] (Momentum-SAM: ascend with
-    /// no gradients, descend from the gradient at the `w~` it returned).
+    /// descend from the one at `w + e`), [`Passes::One`] (LookSAM between its full steps, a
+    /// schedule's base step: descend from the gradient at `w`) or [`Passes::LookAhead`]
+    /// (Momentum-SAM: ascend with no gradients, descend from the gradient at the `w~` it
+    /// returned). Under an adaptive schedule a [`Passes::Two`] step's ascent may take a base
+    /// step itself: [`Sam::awaits_descent`] says whether the second pass is run.
     pub fn passes(&self) -> Passes {
         self.family.passes()
     }

@@ -73,7 +73,7 @@ impl<O> Sam<O> {
                 return ascended.map(Ascended::into_module);
             }
             Phase::Descent => self.descent(lr, module, grads, call),
-            Phase::LocalDescent => self.step_descent(lr, module, grads, Descent::Local, call),
+            Phase::LocalDescent => self.step_descent(lr, module, grads, Descent::Local, call, None),
         };
         stepped.map(|(module, _)| module)
     }

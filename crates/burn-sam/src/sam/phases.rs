@@ -38,6 +38,11 @@ impl<O> Sam<O> {
     /// ([`StepOutcome::AscentSkipped`](crate::StepOutcome::AscentSkipped)). Either way the
     /// loss scale backs off once and nothing non-finite is written.
     ///
+    /// Under an adaptive [`SamSchedule`](crate::SamSchedule) the ascent first reads the
+    /// gradient's norm (a host wait) and decides; on a base step it steps `w` with `grads`
+    /// and hands it back, the step done ([`Sam::awaits_descent`] false, its report in
+    /// [`Sam::last_report`]).
+    ///
     /// # Errors
     /// With `module` handed back unchanged and nothing pending: an ascent is already pending
     /// ([`SamError::AscentPending`]), `grads` hold parameters `module` does not have
@@ -122,7 +127,7 @@ impl<O> Sam<O> {
                 .gradient_ascent(lr, module, grads, call)
                 .map(Ascended::Moved),
             false => self
-                .step_descent(lr, module, grads, Descent::Base, call)
+                .step_descent(lr, module, grads, Descent::Base, call, Some(norm))
                 .map(|(module, report)| Ascended::Stepped(module, report)),
         }
     }
@@ -227,10 +232,11 @@ impl<O> Sam<O> {
         if descent == Descent::AfterAscent || self.family.needs_ascent() {
             or_hand_back!(self.check_pending(&module), module);
         }
-        self.step_descent(lr, module, grads, descent, call)
+        self.step_descent(lr, module, grads, descent, call, None)
     }
 
-    /// The descent's step, once the pending ascent (if any) is known to match `module`.
+    /// The descent's step, once the pending ascent (if any) is known to match `module`;
+    /// `known_norm`: the unscaled norm of `grads`, when it was read already.
     pub(super) fn step_descent<M, B>(
         &mut self,
         lr: LearningRate,
@@ -238,6 +244,7 @@ impl<O> Sam<O> {
         grads: GradientsParams,
         kind: Descent,
         call: Call,
+        known_norm: Option<f64>,
     ) -> Result<(M, StepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
@@ -245,10 +252,14 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.precision.loss_scale();
+        // An adaptive base step's norm was read for its decision: no second read.
         let descent = self
             .precision
             .check_scaled(call)
-            .and_then(|()| self.precision.grad_squares(&module, &grads));
+            .and_then(|()| match known_norm {
+                Some(_) => Ok(None),
+                None => self.precision.grad_squares(&module, &grads),
+            });
         let (module, mut pending) = match kind {
             Descent::AfterAscent => self.put_back(module),
             Descent::SinglePass | Descent::Base | Descent::Local => {
@@ -258,14 +269,8 @@ impl<O> Sam<O> {
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent = or_hand_back!(descent, module);
         let one_pass = pending.ascent_norm.is_none();
-        let (ascent, descent_grad_norm) =
-            pending.read_norms::<B::InnerBackend>(descent, loss_scale);
-        if !ascent.perturbed {
-            log::warn!(
-                "SAM ascent gradient norm {} at loss scale {loss_scale}: this batch was not perturbed",
-                ascent.grad_norm
-            );
-        }
+        let (ascent, read) = pending.read_norms::<B::InnerBackend>(descent, loss_scale);
+        let descent_grad_norm = known_norm.unwrap_or(read);
         let grads = match descent_grad_norm.is_finite() && ascent.perturbed {
             true => self.family.descent(
                 &module,
@@ -367,6 +372,12 @@ impl<O> Sam<O> {
         descent_grad_norm: f64,
         loss_scale: f32,
     ) -> Result<StepReport, SamError> {
+        if !ascent.perturbed {
+            log::warn!(
+                "SAM ascent gradient norm {} at loss scale {loss_scale}: this batch was not perturbed",
+                ascent.grad_norm
+            );
+        }
         self.stats.steps += 1;
         self.stats.ascents_skipped += u64::from(!ascent.perturbed);
         self.stats.updates_skipped += u64::from(outcome == StepOutcome::UpdateSkipped);
