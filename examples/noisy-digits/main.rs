@@ -356,10 +356,16 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
         },
     );
 
-    let mut results = Vec::new();
-    for &method in &args.methods {
-        let mut runs = Vec::new();
-        for seed in 1..=args.seeds {
+    // Seed by seed, every method in turn: a machine that slows down or speeds up during the
+    // comparison moves every method's time per epoch alike.
+    let mut results: Vec<(Method, Vec<train::Run>)> = args
+        .methods
+        .iter()
+        .map(|&method| (method, Vec::new()))
+        .collect();
+    for seed in 1..=args.seeds {
+        for (method, runs) in &mut results {
+            let method = *method;
             let mut train = train_clean.clone();
             let noisy = train.corrupt(args.noise, &mut Rng::new(seed.wrapping_mul(7919)));
             let setup = Setup {
@@ -410,7 +416,6 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
             );
             runs.push(result);
         }
-        results.push((method, runs));
     }
 
     println!("\n| method | rho | test accuracy, mean ± sd over {} seeds | best epoch (mean) | train accuracy on noisy labels | two-pass steps | time per epoch |", args.seeds);

@@ -3,8 +3,10 @@
 
 use std::fmt::Write;
 
-const COLORS: [&str; 6] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+/// One color per method, for up to 16 (the example's family and schedules together).
+const COLORS: [&str; 16] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#aec7e8", "#ff9896", "#98df8a", "#c5b0d5", "#ffbb78", "#393b79",
 ];
 
 /// A chart's frame: title, grid, axes and legend; maps data to pixels.

@@ -13,7 +13,7 @@ use burn_sam_suite::{load_record, record_bytes, Mlp};
 use serde::Deserialize;
 
 use super::parity::{fixture_batch, fixture_case, reference_model, torch_sgd};
-use super::util::{assert_close, batch_grads, mse, narrow_scalars, problem, tensors, tolerance};
+use super::util::{assert_close, batch_grads, mse, narrow_scalars, tensors, tolerance};
 
 const FIXTURE: &str = include_str!("../fixtures/schedule_reference.json");
 
@@ -29,6 +29,20 @@ struct Case {
     batch: usize,
     sam_steps: Vec<bool>,
     trajectory: Vec<Vec<Vec<f64>>>,
+}
+
+type Batch<B> = (Tensor<B, 2>, Tensor<B, 2>);
+
+/// The first fixture case's model and 12 batches, as a problem of its own: drawn without the
+/// backend's generator, which tests running beside this one draw from too, so that which
+/// steps fire is the same on every run.
+fn fixed_problem<B: AutodiffBackend>() -> (Mlp<B>, Vec<Batch<B>>) {
+    let case: Case = fixture_case(FIXTURE, "adaptive_sgd");
+    let model = reference_model::<B>(&case.sizes, &case.init);
+    let batches = (0..case.trajectory.len())
+        .map(|step| fixture_batch::<B>(&case.sizes, &case.x, &case.y, case.batch, step))
+        .collect();
+    (model, batches)
 }
 
 impl Case {
@@ -78,7 +92,7 @@ pub fn run<B: AutodiffBackend>(name: &str) {
 /// (through SAM's precision path, `rho` 0), and `Optimizer::step` under `step_per_pass`
 /// learns from `awaits_descent` that a base step's ascent took the whole step.
 pub fn limits_and_the_ascent_that_steps<B: AutodiffBackend>() {
-    let problem = problem::<B>(6);
+    let (start, batches) = fixed_problem::<B>();
     let adaptive = |decay, c| SamSchedule::Adaptive {
         decay,
         threshold_start: c,
@@ -87,9 +101,9 @@ pub fn limits_and_the_ascent_that_steps<B: AutodiffBackend>() {
     };
     let trajectory = |config: SamConfig| {
         let mut sam = config.init(SgdConfig::new().init());
-        let mut model = problem.model.clone();
+        let mut model = start.clone();
         let mut outcomes = Vec::new();
-        for (x, y) in &problem.batches {
+        for (x, y) in &batches {
             let loss = |m: &Mlp<B>| mse(m.forward(x.clone()), y.clone());
             let step = sam.step_with(0.1, model, loss).unwrap();
             outcomes.push(step.report.outcome);
@@ -124,8 +138,8 @@ pub fn limits_and_the_ascent_that_steps<B: AutodiffBackend>() {
         by_closure.1
     );
     let mut optim = config.init(SgdConfig::new().init()).step_per_pass();
-    let mut model = problem.model.clone();
-    for batch in &problem.batches {
+    let mut model = start.clone();
+    for batch in &batches {
         model = optim.step(0.1, model.clone(), batch_grads(&model, batch));
         if optim.awaits_descent() {
             model = optim.step(0.1, model.clone(), batch_grads(&model, batch));
@@ -140,7 +154,8 @@ pub fn limits_and_the_ascent_that_steps<B: AutodiffBackend>() {
 /// The statistics are in the record: 8 steps in one run equal 4, a record round trip and 4,
 /// decision by decision; a resume without them decides otherwise.
 pub fn records_resume_the_statistics<B: AutodiffBackend>() {
-    let problem = problem::<B>(8);
+    let (start, batches) = fixed_problem::<B>();
+    let batches = &batches[..8];
     let config = SamConfig::new().with_schedule(Some(SamSchedule::Adaptive {
         decay: 0.5,
         threshold_start: 0.5,
@@ -160,7 +175,7 @@ pub fn records_resume_the_statistics<B: AutodiffBackend>() {
         (model, outcomes)
     };
     let mut uninterrupted = config.init(SgdConfig::new().init());
-    let (expected, outcomes) = run(&mut uninterrupted, problem.model.clone(), &problem.batches);
+    let (expected, outcomes) = run(&mut uninterrupted, start.clone(), batches);
     assert!(
         outcomes[4..].contains(&StepOutcome::BaseStep),
         "{outcomes:?}"
@@ -170,9 +185,9 @@ pub fn records_resume_the_statistics<B: AutodiffBackend>() {
         "{outcomes:?}"
     );
 
-    let (first, second) = problem.batches.split_at(4);
+    let (first, second) = batches.split_at(4);
     let mut sam = config.init(SgdConfig::new().init());
-    let (model, _) = run(&mut sam, problem.model.clone(), first);
+    let (model, _) = run(&mut sam, start.clone(), first);
     let mut record = Optimizer::<Mlp<B>, B>::to_record(&sam);
     let statistics = record.1.schedule.expect("the statistics are recorded");
     assert!(statistics.mean > 0.0 && statistics.variance > 0.0);
@@ -201,5 +216,57 @@ pub fn records_resume_the_statistics<B: AutodiffBackend>() {
         amnesic_outcomes,
         outcomes[4..],
         "the statistics carry real state"
+    );
+}
+
+/// A refused adaptive ascent hands back the module it was given and forgets its decision:
+/// foreign gradients, and (under loss scaling) an unscaled loss on a base step; the
+/// statistics change only with a step taken.
+pub fn refusals_hand_back_w_and_change_nothing<B: AutodiffBackend>() {
+    let (model, batches) = fixed_problem::<B>();
+    let foreign = fixed_problem::<B>().0; // the same weights, other parameters
+    let never = SamSchedule::Adaptive {
+        decay: 0.9,
+        threshold_start: 1e6,
+        threshold_end: 1e6,
+        steps: 1,
+    };
+    let scaling = burn_sam::LossScalerConfig::new().with_init_scale(256.0);
+    let mut sam = SamConfig::new()
+        .with_schedule(Some(never))
+        .with_loss_scaling(Some(scaling))
+        .init(SgdConfig::new().init());
+    let (x, y) = &batches[0];
+    let w = tensors(&model);
+    let scaled = |sam: &burn_sam::Sam<_>, m: &Mlp<B>| {
+        use burn_sam::LossScaling;
+        super::util::grads(m, sam.scale_loss(mse(m.forward(x.clone()), y.clone())))
+    };
+    let statistics = |sam: &burn_sam::Sam<_>| Optimizer::<Mlp<B>, B>::to_record(sam).1.schedule;
+    let fresh = statistics(&sam);
+
+    let wrong = scaled(&sam, &foreign);
+    let refused = sam.ascend(0.1, model, wrong).unwrap_err();
+    assert_eq!(tensors(&refused.module), w, "foreign gradients");
+    let unscaled = super::util::grads(
+        &refused.module,
+        mse(refused.module.forward(x.clone()), y.clone()),
+    );
+    let refused = sam.ascend(0.1, refused.module, unscaled).unwrap_err();
+    assert_eq!(refused.error, burn_sam::SamError::UnscaledLoss);
+    assert_eq!(tensors(&refused.module), w, "an unscaled loss");
+    assert!(!sam.awaits_descent() && sam.needs_ascent());
+    assert_eq!(sam.stats().steps, 0);
+    assert_eq!(statistics(&sam), fresh, "no statistics from a refused step");
+
+    let grads = scaled(&sam, &refused.module);
+    let stepped = sam.ascend(0.1, refused.module, grads).unwrap();
+    assert!(!sam.awaits_descent(), "the ascent took the base step");
+    assert_eq!(sam.last_report().unwrap().outcome, StepOutcome::BaseStep);
+    assert_ne!(tensors(&stepped), w);
+    assert_ne!(
+        statistics(&sam),
+        fresh,
+        "the step's gradient is in the statistics"
     );
 }

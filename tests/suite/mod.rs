@@ -105,6 +105,7 @@ macro_rules! backend_suite {
                 parity_adaptive_sgd_momentum => adaptive::run::<B>("adaptive_sgd_momentum"),
                 adaptive_limits_and_the_ascent_that_steps => adaptive::limits_and_the_ascent_that_steps::<B>(),
                 adaptive_records_resume_the_statistics => adaptive::records_resume_the_statistics::<B>(),
+                adaptive_refusals_hand_back_w_and_change_nothing => adaptive::refusals_hand_back_w_and_change_nothing::<B>(),
                 api_forms_agree => semantics::api_forms_agree::<B>(),
                 frozen_and_unused_parameters_untouched => semantics::frozen_and_unused_parameters_untouched::<B>(),
                 record_round_trip_resumes_exactly => semantics::record_round_trip_resumes_exactly::<B>(),
@@ -167,6 +168,7 @@ macro_rules! f16_suite {
                 schedule_records_resume_mid_schedule => schedule::records_resume_mid_schedule::<B>(),
                 adaptive_limits_and_the_ascent_that_steps => adaptive::limits_and_the_ascent_that_steps::<B>(),
                 adaptive_records_resume_the_statistics => adaptive::records_resume_the_statistics::<B>(),
+                adaptive_refusals_hand_back_w_and_change_nothing => adaptive::refusals_hand_back_w_and_change_nothing::<B>(),
             ]
         );
     };

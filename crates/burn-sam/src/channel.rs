@@ -37,11 +37,14 @@ struct Messages {
 }
 
 /// What an `Optimizer::step` call is, once accepted: a direct call, or a strategy's hand-over
-/// whose loss scale is the optimizer's and vouches for the gradients.
+/// whose loss scale is the optimizer's and vouches for the gradients; within a step, a call
+/// whose gradients' scale its first phase checked already (an adaptive ascent that goes on to
+/// the ascent or the base step).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Call {
     Direct,
     Handed(Handover),
+    Checked,
 }
 
 impl Channel {

@@ -97,7 +97,8 @@ impl MixedPrecision {
     /// call needs a loss scaled through the optimizer since the last check (a strategy's
     /// accepted hand-over vouches itself); the gradients would be off by the scale.
     pub fn check_scaled(&self, call: Call) -> Result<(), SamError> {
-        let scaled = self.handle.take_loss_scaled() || matches!(call, Call::Handed(_));
+        let vouched = matches!(call, Call::Handed(_) | Call::Checked);
+        let scaled = self.handle.take_loss_scaled() || vouched;
         match self.scaler.is_some() && !scaled {
             true => Err(SamError::UnscaledLoss),
             false => Ok(()),

@@ -121,13 +121,15 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
+        // The scale first, as every ascent checks it: a refused step has used the mark.
+        or_hand_back!(self.precision.check_scaled(call), module);
         let norm = or_hand_back!(self.precision.grad_norm(&module, &grads), module);
         match self.family.decide(norm * norm) {
             true => self
-                .gradient_ascent(lr, module, grads, call)
+                .gradient_ascent(lr, module, grads, Call::Checked)
                 .map(Ascended::Moved),
             false => self
-                .step_descent(lr, module, grads, Descent::Base, call, Some(norm))
+                .step_descent(lr, module, grads, Descent::Base, Call::Checked, Some(norm))
                 .map(|(module, report)| Ascended::Stepped(module, report)),
         }
     }
