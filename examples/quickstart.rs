@@ -1,4 +1,4 @@
-//! The README's quick start: SAM over Adam on a small regression problem, on the CPU.
+//! The front page's quick start: SAM over Adam on a small regression problem, on the CPU.
 //!
 //! `cargo run --release --example quickstart`
 

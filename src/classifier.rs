@@ -88,9 +88,9 @@ impl<B: Backend> Batcher<B, Example, ClassBatch<B>> for ClassBatcher {
     }
 }
 
-// The regions marked `readme:` are shown in README.md, which `tests/readme.rs` checks.
+// The regions marked `snippet:` are shown in README.md and the guide, which `tests/snippets.rs` checks.
 impl<B: Backend> Classifier<B> {
-    // readme: f16-forward
+    // snippet: f16-forward
     /// Class logits, in f32 whatever the weights' float type.
     pub fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
         // Burn does not mix float types in one operation: the inputs are cast to the weights'
@@ -99,7 +99,7 @@ impl<B: Backend> Classifier<B> {
         let dtype = self.mlp.layers[0].weight.val().dtype();
         self.mlp.forward(inputs.cast(dtype)).cast(FloatDType::F32)
     }
-    // readme-end
+    // snippet-end
 
     /// Logits and the mean cross-entropy, computed in f32.
     pub fn forward_classification(&self, batch: ClassBatch<B>) -> ClassificationOutput<B> {
@@ -116,7 +116,7 @@ impl<B: Backend> Classifier<B> {
     }
 }
 
-// readme: train-step
+// snippet: train-step
 impl<B: AutodiffBackend> TrainStep for Classifier<B> {
     type Input = ClassBatch<B>;
     type Output = ClassificationOutput<B>;
@@ -127,7 +127,7 @@ impl<B: AutodiffBackend> TrainStep for Classifier<B> {
         TrainOutput::new(self, grads, item)
     }
 }
-// readme-end
+// snippet-end
 
 impl<B: Backend> InferenceStep for Classifier<B> {
     type Input = ClassBatch<B>;

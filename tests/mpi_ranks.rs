@@ -493,14 +493,14 @@ fn checkpointed(ranks: &Ranks, dir: &Path, batcher: Dying, resume: Option<usize>
         .batch_size(4)
         .shuffle(5)
         .build(InMemDataset::new(dp::examples()));
-    let (strategy, optim) = readme_strategy(ranks, vec![device()], dp::sam::<B>(0.05)).unwrap();
+    let (strategy, optim) = shown_strategy(ranks, vec![device()], dp::sam::<B>(0.05)).unwrap();
     let learner = Learner::new(model_on(ranks), optim, dp::scheduler());
     dp::weights(&dp::run(dir, data, 3, learner, strategy, resume))
 }
 
-/// The README's lines (`readme-test: mpi`).
+/// The guide's lines (`snippet: mpi`).
 #[allow(clippy::type_complexity)]
-fn readme_strategy<LR, O>(
+fn shown_strategy<LR, O>(
     job: &Ranks,
     devices: Vec<Device<B>>,
     optim: O,
@@ -510,11 +510,11 @@ where
     O: WindowOptimizer<Model, B> + 'static,
 {
     let ranks = job.clone();
-    // readme: mpi
+    // snippet: mpi
     let strategy = SamTraining::data_parallel(devices, &optim, Ascent::Synced)?
         .across_ranks(&ranks) // ranks: `Ranks::init()?`, once per process, kept until the end
         .with_items(|batch: &ClassBatch<B>| batch.targets.dims()[0]);
-    // readme-end
+    // snippet-end
     Ok((strategy, optim))
 }
 

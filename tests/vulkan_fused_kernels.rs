@@ -323,20 +323,21 @@ fn valid_loader() -> Arc<dyn DataLoader<Vulkan, ClassBatch<Vulkan>>> {
         .build(InMemDataset::new(blobs(32, 99, FEATURES, CLASSES)))
 }
 
-/// The `cubecl.toml` README shows keeps compiled kernels and autotune results under `target/`.
+/// The `cubecl.toml` the guide's GPU chapter shows keeps compiled kernels and autotune results
+/// under `target/`.
 #[test]
-fn readme_cubecl_toml_keeps_both_caches() {
+fn guide_cubecl_toml_keeps_both_caches() {
     use cubecl_runtime::config::cache::CacheConfig;
     use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
 
-    let readme = include_str!("../README.md");
-    let start = readme
+    let chapter = include_str!("../guide/src/gpu-check.md");
+    let start = chapter
         .find("```toml\n[compilation]")
-        .expect("README shows a cubecl.toml")
+        .expect("the GPU chapter shows a cubecl.toml")
         + "```toml\n".len();
-    let end = start + readme[start..].find("```").expect("the block ends");
+    let end = start + chapter[start..].find("```").expect("the block ends");
     let path = std::env::temp_dir().join(format!("burn-sam-cubecl-{}.toml", std::process::id()));
-    std::fs::write(&path, &readme[start..end]).expect("a temporary file");
+    std::fs::write(&path, &chapter[start..end]).expect("a temporary file");
     // Panics on a file CubeCL cannot read.
     let config = CubeClRuntimeConfig::from_file_path(&path).expect("readable");
     let _ = std::fs::remove_file(&path);

@@ -74,7 +74,7 @@ const GPU_PROFILE: &str = "gpu-bundle";
 /// Builds the GPU check (`examples/gpu-check`) for CUDA with Burn's `fusion` and, with
 /// `autotune` false, without its `autotune`: on a cold H200, autotune compiled and timed 6-10
 /// candidate matmul kernels per new shape, and the f16 example's first epoch took 223 s with it
-/// against 18.5 s without (README, "GPU"), more than the whole check's limits allow. The
+/// against 18.5 s without (the guide's GPU chapter), more than the whole check's limits allow. The
 /// build with it times two models only (the check's `bench-autotune` stage), from a target
 /// folder of its own, so that neither build undoes the other's.
 fn build_gpu_check(autotune: bool) -> PathBuf {

@@ -15,7 +15,7 @@ static CLOSING_SYNC: AtomicBool = AtomicBool::new(true);
 /// launch without a wait ([`queue_launches`]). For measuring what it costs (the GPU check's bench), not for
 /// training: without it a fused backend may fuse a step's update into the next step's first
 /// kernels, which can round differently, so a resumed run is no longer bitwise the
-/// uninterrupted one on CUDA (README, "Resume").
+/// uninterrupted one on CUDA (the guide's GPU chapter, "Resume").
 pub fn set_closing_sync(on: bool) {
     CLOSING_SYNC.store(on, Ordering::Relaxed);
 }

@@ -57,8 +57,8 @@ pub enum SamVariant {
     /// look-ahead then follows another average of past gradients than the base step does
     /// (`mu` 0: the last gradient alone). Its radius is far larger than SAM's: the authors
     /// use `rho` 3 with SGD at learning rate 0.5 and 1 with AdamW; the radius that works
-    /// depends on how long you train more than on the model's size (README, "Momentum-SAM's
-    /// radius"). Each step moves to `w~` itself (an ascent that takes no pass) and hands back
+    /// depends on how long you train more than on the model's size (the guide's
+    /// "Choosing" chapter, "Momentum-SAM's radius"). Each step moves to `w~` itself (an ascent that takes no pass) and hands back
     /// `w`.
     MomentumSam {
         /// Decay of the momentum `v`; usually the base optimizer's momentum (or `beta_1`).

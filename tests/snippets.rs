@@ -1,9 +1,8 @@
-//! The README's Rust snippets, compiled and run on the UCI digits, and checked to be the
-//! README's text: each `<!-- readme-test: NAME -->` block of README.md must equal the region
-//! `// readme: NAME` ... `// readme-end` of this file, `src/classifier.rs` or `mpi_ranks.rs`
-//! (built with the `mpi` feature; a `diff`
-//! block: its `+` and context lines), and every `rust` block of README.md must have such a
-//! marker.
+//! The Rust snippets of README.md and of the guide (`guide/src/`), compiled and run on the UCI
+//! digits, and checked to be the documents' text: each `<!-- snippet: NAME -->` block must
+//! equal the region `// snippet: NAME` ... `// snippet-end` of this file, `src/classifier.rs`
+//! or `mpi_ranks.rs` (built with the `mpi` feature; a `diff` block: its `+` and context lines),
+//! every `rust` block must have such a marker, and every region must be shown somewhere.
 
 use std::error::Error;
 use std::path::Path;
@@ -45,7 +44,7 @@ fn batches(count: usize) -> Vec<ClassBatch<B>> {
 fn quick_start() -> Result {
     let (lr, batch) = (0.05, batches(1).remove(0));
     let mut model = model();
-    // readme: quick-start
+    // snippet: quick-start
     use burn::optim::AdamConfig;
     use burn_sam::SamConfig;
 
@@ -58,7 +57,7 @@ fn quick_start() -> Result {
     let step = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?;
     model = step.module; // step.loss: the first pass's loss; step.report: what happened
 
-    // readme-end
+    // snippet-end
     assert_eq!(optim.stats().steps, 1);
     drop(model);
     Ok(())
@@ -68,7 +67,7 @@ fn quick_start() -> Result {
 fn sam_family() -> Result {
     let (lr, batches) = (0.05, batches(10));
     let mut model = model();
-    // readme: sam-family
+    // snippet: sam-family
     use burn::optim::SgdConfig;
     use burn_sam::{RhoSchedule, SamConfig, SamVariant};
 
@@ -88,7 +87,7 @@ fn sam_family() -> Result {
             .module;
         println!("two passes: {two_passes}");
     }
-    // readme-end
+    // snippet-end
     assert_eq!(optim.stats().steps, 10);
     drop(model);
     Ok(())
@@ -99,7 +98,7 @@ fn schedules() -> Result {
     let (lr, batches) = (0.05, batches(8));
     let (epochs, batches_per_epoch) = (1, batches.len() as u64);
     let mut model = model();
-    // readme: schedules
+    // snippet: schedules
     use burn::optim::momentum::MomentumConfig;
     use burn::optim::SgdConfig;
     use burn_sam::{SamConfig, SamSchedule, StepOutcome};
@@ -119,7 +118,7 @@ fn schedules() -> Result {
         model = step.module;
         println!("SAM step: {sam_step}");
     }
-    // readme-end
+    // snippet-end
     assert_eq!(optim.stats().steps, 8);
     assert_eq!(optim.last_report().unwrap().outcome, StepOutcome::Applied);
     drop(model);
@@ -130,7 +129,7 @@ fn schedules() -> Result {
 fn optimizer_step() -> Result {
     let (lr, batches) = (0.05, batches(3));
     let mut model = model();
-    // readme: optimizer-step
+    // snippet: optimizer-step
     use burn::optim::{GradientsParams, Optimizer, SgdConfig};
     use burn_sam::SamConfig;
 
@@ -146,7 +145,7 @@ fn optimizer_step() -> Result {
             model = optim.step(lr, model, grads);
         }
     }
-    // readme-end
+    // snippet-end
     assert_eq!(optim.stats().steps, 3);
     drop(model);
     Ok(())
@@ -156,7 +155,7 @@ fn optimizer_step() -> Result {
 fn momentum_sam() -> Result {
     let (lr, batches) = (0.05, batches(4));
     let mut model = model();
-    // readme: momentum-sam
+    // snippet: momentum-sam
     use burn::optim::momentum::MomentumConfig;
     use burn::optim::SgdConfig;
     use burn_sam::{SamConfig, SamVariant};
@@ -173,7 +172,7 @@ fn momentum_sam() -> Result {
             .step_with(lr, model, |m: &Classifier<B>| m.loss(&batch))?
             .module;
     }
-    // readme-end
+    // snippet-end
     let stats = optim.stats();
     assert_eq!(
         (stats.steps, stats.ascents_skipped, stats.updates_skipped),
@@ -190,7 +189,7 @@ fn momentum_sam() -> Result {
 fn mixed_precision() -> Result {
     let (lr, batch) = (0.05, batches(1).remove(0));
     let model = model();
-    // readme: mixed-precision
+    // snippet: mixed-precision
     use burn::optim::AdamConfig;
     use burn::tensor::FloatDType;
     use burn_sam::{LossScalerConfig, SamConfig};
@@ -205,7 +204,7 @@ fn mixed_precision() -> Result {
         "{:?} at loss scale {}",
         step.report.outcome, step.report.loss_scale
     );
-    // readme-end
+    // snippet-end
     assert_eq!(
         step.module.mlp.layers[0].weight.val().dtype(),
         burn::tensor::DType::F16
@@ -218,7 +217,7 @@ fn accumulation() -> Result {
     let lr = 0.05;
     let batches = batches(5).into_iter();
     let mut model = model();
-    // readme: accumulation
+    // snippet: accumulation
     use burn::optim::AdamConfig;
     use burn_sam::SamConfig;
     use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
@@ -236,23 +235,89 @@ fn accumulation() -> Result {
         let step = accumulation.step(lr, model, &window, |m: &Classifier<B>, b| m.loss(b))?;
         model = step.module; // step.loss: the window's loss; step.report: what happened
     }
-    // readme-end
+    // snippet-end
     assert_eq!(accumulation.optimizer().stats().steps, 2);
     drop(model);
     Ok(())
 }
 
-/// The README's Learner program, with SAM (`f16` false) or f16 SAM with loss scaling.
+/// Weights of a model, for bitwise comparison.
+fn weights(model: &Classifier<B>) -> Vec<Vec<f32>> {
+    model
+        .mlp
+        .layers
+        .iter()
+        .flat_map(|layer| {
+            let bias = layer.bias.as_ref().map(|bias| bias.val().into_data());
+            [Some(layer.weight.val().into_data()), bias]
+        })
+        .flatten()
+        .map(|data| data.convert::<f32>().to_vec().expect("f32 data"))
+        .collect()
+}
+
+#[test]
+fn resume() -> Result {
+    let (lr, batches, device) = (0.05, batches(4), Default::default());
+    let dir = std::env::temp_dir().join(format!("burn-sam-snippet-{}-resume", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut model = model();
+    let fresh = model.clone(); // the same architecture: its weights are replaced by the loaded ones
+    let _ = weights(&model); // read every parameter before the runs (Burn initialises lazily)
+    let uninterrupted = {
+        let mut optim = burn_sam::SamConfig::new()
+            .with_rho(0.05)
+            .try_init(burn::optim::AdamConfig::new().init())?;
+        let mut model = model.clone();
+        for batch in &batches {
+            model = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?.module;
+        }
+        weights(&model)
+    };
+    let (before, after) = batches.split_at(2);
+    // snippet: resume
+    use burn::module::Module;
+    use burn::optim::{AdamConfig, Optimizer};
+    use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+    use burn_sam::SamConfig;
+
+    // Full precision: `CompactRecorder` would store the weights and Adam's moments in f16.
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let config = SamConfig::new().with_rho(0.05);
+    let mut optim = config.try_init(AdamConfig::new().init())?;
+    for batch in before {
+        model = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?.module;
+    }
+    // Save both: the model, and the optimizer's record (Adam's moments, SAM's counters and state).
+    model.save_file(dir.join("model"), &recorder)?;
+    recorder.record(optim.to_record(), dir.join("optim"))?;
+
+    // Resume, in this process or a new one: a model of the same architecture, the same config.
+    let mut model = fresh.load_file(dir.join("model"), &recorder, &device)?;
+    let optim = config.try_init(AdamConfig::new().init())?;
+    // A record it cannot continue exactly is refused here, naming the fix (`Sam::check_record`).
+    let mut optim = optim.load_record(recorder.load(dir.join("optim"), &device)?);
+    for batch in after {
+        model = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?.module;
+    }
+    // snippet-end
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(weights(&model), uninterrupted, "the resumed run is the uninterrupted one");
+    Ok(())
+}
+
+/// The Learner program of the front page and the guide: SAM (`f16` false) or f16 SAM
+/// with loss scaling.
 fn learner_program(f16: bool) -> Result {
     let device = burn::tensor::Device::<B>::default();
     let artifact_dir =
-        std::env::temp_dir().join(format!("burn-sam-readme-{}-{f16}", std::process::id()));
+        std::env::temp_dir().join(format!("burn-sam-snippet-{}-{f16}", std::process::id()));
     let loader_train = digits_loader::<B>(digits(256), 32, 1);
     let loader_valid = digits_loader::<Flex>(digits(64), 32, 1);
     let (epochs, lr_scheduler) = (1, 0.05);
     let model = model();
     let result = if f16 {
-        // readme: learner-f16
+        // snippet: learner-f16
         use burn::tensor::FloatDType;
         use burn_sam::{LossScalerConfig, SamConfig};
         use burn_sam_accum::train::SamTraining;
@@ -262,7 +327,7 @@ fn learner_program(f16: bool) -> Result {
             .with_rho(0.05)
             .with_loss_scaling(Some(LossScalerConfig::new()))
             .try_init(SgdConfig::new().init())?;
-        // readme-end
+        // snippet-end
         let strategy = SamTraining::new(device, &optim).into_strategy();
         SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
             .renderer(Quiet)
@@ -271,7 +336,7 @@ fn learner_program(f16: bool) -> Result {
             .with_training_strategy(strategy)
             .launch(Learner::new(model, optim, lr_scheduler))
     } else {
-        // readme: learner
+        // snippet: learner
         use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
         use burn_sam::SamConfig;
         use burn_sam_accum::train::SamTraining;
@@ -291,7 +356,7 @@ fn learner_program(f16: bool) -> Result {
             .num_epochs(epochs)
             .with_training_strategy(strategy)
             .launch(Learner::new(model, optim, lr_scheduler));
-        // readme-end
+        // snippet-end
         result
     };
     let _ = std::fs::remove_dir_all(&artifact_dir);
@@ -319,13 +384,13 @@ fn learner_f16() -> Result {
 fn learner_data_parallel() -> Result {
     let device = burn::tensor::Device::<B>::default();
     let artifact_dir =
-        std::env::temp_dir().join(format!("burn-sam-readme-{}-dp", std::process::id()));
+        std::env::temp_dir().join(format!("burn-sam-snippet-{}-dp", std::process::id()));
     let loader_train = digits_loader::<B>(digits(256), 32, 1);
     let loader_valid = digits_loader::<Flex>(digits(64), 32, 1);
     let (epochs, lr_scheduler) = (1, 0.05);
     let model = model();
     let param_bytes = 4.0 * burn::module::Module::num_params(&model) as f64;
-    // readme: learner-data-parallel
+    // snippet: learner-data-parallel
     use burn_sam::SamConfig;
     use burn_sam_accum::train::{Ascent, SamTraining};
 
@@ -341,7 +406,7 @@ fn learner_data_parallel() -> Result {
     // training (`into_strategy` consumes the strategy, so take it first).
     let traffic = strategy.traffic();
     let strategy = strategy.into_strategy();
-    // readme-end
+    // snippet-end
     let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
         .renderer(Quiet)
         .with_application_logger(None)
@@ -357,20 +422,40 @@ fn learner_data_parallel() -> Result {
     Ok(())
 }
 
-/// The lines between `// readme: name` and `// readme-end`, dedented.
+/// The documents whose Rust blocks are compiled here: the front page and the guide's chapters.
+const DOCUMENTS: [(&str, &str); 14] = [
+    ("README.md", include_str!("../README.md")),
+    ("guide/src/SUMMARY.md", include_str!("../guide/src/SUMMARY.md")),
+    ("guide/src/using-sam.md", include_str!("../guide/src/using-sam.md")),
+    ("guide/src/choosing.md", include_str!("../guide/src/choosing.md")),
+    ("guide/src/mixed-precision.md", include_str!("../guide/src/mixed-precision.md")),
+    ("guide/src/accumulation.md", include_str!("../guide/src/accumulation.md")),
+    ("guide/src/learner.md", include_str!("../guide/src/learner.md")),
+    ("guide/src/data-parallel.md", include_str!("../guide/src/data-parallel.md")),
+    ("guide/src/ranks.md", include_str!("../guide/src/ranks.md")),
+    ("guide/src/resuming.md", include_str!("../guide/src/resuming.md")),
+    ("guide/src/main-example.md", include_str!("../guide/src/main-example.md")),
+    ("guide/src/gpu-check.md", include_str!("../guide/src/gpu-check.md")),
+    ("guide/src/troubleshooting.md", include_str!("../guide/src/troubleshooting.md")),
+    ("guide/src/tests.md", include_str!("../guide/src/tests.md")),
+];
+
+/// The sources holding the regions the documents show.
+const SOURCES: [&str; 3] = [
+    include_str!("snippets.rs"),
+    include_str!("../src/classifier.rs"),
+    include_str!("mpi_ranks.rs"),
+];
+
+/// The lines between `// snippet: name` and `// snippet-end`, dedented.
 fn region(name: &str) -> Vec<String> {
-    let source = [
-        include_str!("readme.rs"),
-        include_str!("../src/classifier.rs"),
-        include_str!("mpi_ranks.rs"),
-    ]
-    .join("\n");
-    let start = format!("// readme: {name}");
+    let source = SOURCES.join("\n");
+    let start = format!("// snippet: {name}");
     let lines: Vec<&str> = source
         .lines()
         .skip_while(|line| line.trim() != start)
         .skip(1)
-        .take_while(|line| line.trim() != "// readme-end")
+        .take_while(|line| line.trim() != "// snippet-end")
         .collect();
     let lines = match lines.iter().rposition(|line| !line.trim().is_empty()) {
         Some(last) => &lines[..=last],
@@ -389,15 +474,14 @@ fn region(name: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn readme_snippets_are_these_tests() {
-    let readme = include_str!("../README.md");
-    let lines: Vec<&str> = readme.lines().collect();
+/// The names of the snippets `document` shows, each checked against its region; every `rust`
+/// block must be one.
+fn checked_snippets<'a>(path: &str, document: &'a str) -> Vec<&'a str> {
+    let lines: Vec<&str> = document.lines().collect();
     let mut checked = Vec::new();
     for (index, line) in lines.iter().enumerate() {
-        let fence = line.trim_start();
         if let Some(name) = line
-            .strip_prefix("<!-- readme-test: ")
+            .strip_prefix("<!-- snippet: ")
             .and_then(|rest| rest.strip_suffix(" -->"))
         {
             let open = lines[index + 1];
@@ -414,33 +498,52 @@ fn readme_snippets_are_these_tests() {
                     .filter(|line| !line.starts_with('-'))
                     .map(|line| line.get(1..).unwrap_or("").to_string())
                     .collect(),
-                other => panic!("README block `{name}` opens with {other:?}"),
+                other => panic!("{path}: block `{name}` opens with {other:?}"),
             };
             assert_eq!(
                 shown,
                 region(name),
-                "README block `{name}` differs from its region"
+                "{path}: block `{name}` differs from its region"
             );
             checked.push(name);
-        } else if fence == "```rust" {
-            let marked = index > 0 && lines[index - 1].starts_with("<!-- readme-test: ");
-            assert!(
-                marked,
-                "README line {}: a rust block without a test",
-                index + 1
-            );
+        } else if line.trim_start() == "```rust" {
+            let marked = index > 0 && lines[index - 1].starts_with("<!-- snippet: ");
+            assert!(marked, "{path} line {}: a rust block without a test", index + 1);
         }
     }
-    for name in [
-        "quick-start",
-        "mixed-precision",
-        "f16-forward",
-        "accumulation",
-        "learner",
-        "learner-f16",
-        "learner-data-parallel",
-        "train-step",
-    ] {
-        assert!(checked.contains(&name), "README shows no `{name}` block");
+    checked
+}
+
+#[test]
+fn documents_show_these_tests() {
+    let chapters: Vec<String> = std::fs::read_dir("guide/src")
+        .expect("the guide's chapters")
+        .map(|entry| {
+            let name = entry.expect("a chapter").file_name();
+            format!("guide/src/{}", name.to_string_lossy())
+        })
+        .collect();
+    for chapter in &chapters {
+        assert!(
+            DOCUMENTS.iter().any(|(path, _)| path == chapter),
+            "{chapter} is not in DOCUMENTS: its snippets would go unchecked"
+        );
+    }
+    let shown: Vec<&str> = DOCUMENTS
+        .iter()
+        .flat_map(|(path, document)| checked_snippets(path, document))
+        .collect();
+    let regions = SOURCES.iter().flat_map(|source| {
+        source
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("// snippet: "))
+    });
+    for name in regions {
+        assert!(shown.contains(&name), "no document shows the region `{name}`");
+    }
+    // The front page's quick starts: the direct loop, and the f16 `Learner` in three changes.
+    let front = checked_snippets("README.md", DOCUMENTS[0].1);
+    for name in ["quick-start", "learner", "learner-f16", "train-step", "f16-forward"] {
+        assert!(front.contains(&name), "README.md shows no `{name}` block");
     }
 }
