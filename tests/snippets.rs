@@ -270,7 +270,9 @@ fn resume() -> Result {
             .try_init(burn::optim::AdamConfig::new().init())?;
         let mut model = model.clone();
         for batch in &batches {
-            model = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?.module;
+            model = optim
+                .step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?
+                .module;
         }
         weights(&model)
     };
@@ -286,7 +288,9 @@ fn resume() -> Result {
     let config = SamConfig::new().with_rho(0.05);
     let mut optim = config.try_init(AdamConfig::new().init())?;
     for batch in before {
-        model = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?.module;
+        model = optim
+            .step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?
+            .module;
     }
     // Save both: the model, and the optimizer's record (Adam's moments, SAM's counters and state).
     model.save_file(dir.join("model"), &recorder)?;
@@ -298,11 +302,17 @@ fn resume() -> Result {
     // A record it cannot continue exactly is refused here, naming the fix (`Sam::check_record`).
     let mut optim = optim.load_record(recorder.load(dir.join("optim"), &device)?);
     for batch in after {
-        model = optim.step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?.module;
+        model = optim
+            .step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?
+            .module;
     }
     // snippet-end
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(weights(&model), uninterrupted, "the resumed run is the uninterrupted one");
+    assert_eq!(
+        weights(&model),
+        uninterrupted,
+        "the resumed run is the uninterrupted one"
+    );
     Ok(())
 }
 
@@ -425,18 +435,51 @@ fn learner_data_parallel() -> Result {
 /// The documents whose Rust blocks are compiled here: the front page and the guide's chapters.
 const DOCUMENTS: [(&str, &str); 14] = [
     ("README.md", include_str!("../README.md")),
-    ("guide/src/SUMMARY.md", include_str!("../guide/src/SUMMARY.md")),
-    ("guide/src/using-sam.md", include_str!("../guide/src/using-sam.md")),
-    ("guide/src/choosing.md", include_str!("../guide/src/choosing.md")),
-    ("guide/src/mixed-precision.md", include_str!("../guide/src/mixed-precision.md")),
-    ("guide/src/accumulation.md", include_str!("../guide/src/accumulation.md")),
-    ("guide/src/learner.md", include_str!("../guide/src/learner.md")),
-    ("guide/src/data-parallel.md", include_str!("../guide/src/data-parallel.md")),
+    (
+        "guide/src/SUMMARY.md",
+        include_str!("../guide/src/SUMMARY.md"),
+    ),
+    (
+        "guide/src/using-sam.md",
+        include_str!("../guide/src/using-sam.md"),
+    ),
+    (
+        "guide/src/choosing.md",
+        include_str!("../guide/src/choosing.md"),
+    ),
+    (
+        "guide/src/mixed-precision.md",
+        include_str!("../guide/src/mixed-precision.md"),
+    ),
+    (
+        "guide/src/accumulation.md",
+        include_str!("../guide/src/accumulation.md"),
+    ),
+    (
+        "guide/src/learner.md",
+        include_str!("../guide/src/learner.md"),
+    ),
+    (
+        "guide/src/data-parallel.md",
+        include_str!("../guide/src/data-parallel.md"),
+    ),
     ("guide/src/ranks.md", include_str!("../guide/src/ranks.md")),
-    ("guide/src/resuming.md", include_str!("../guide/src/resuming.md")),
-    ("guide/src/main-example.md", include_str!("../guide/src/main-example.md")),
-    ("guide/src/gpu-check.md", include_str!("../guide/src/gpu-check.md")),
-    ("guide/src/troubleshooting.md", include_str!("../guide/src/troubleshooting.md")),
+    (
+        "guide/src/resuming.md",
+        include_str!("../guide/src/resuming.md"),
+    ),
+    (
+        "guide/src/main-example.md",
+        include_str!("../guide/src/main-example.md"),
+    ),
+    (
+        "guide/src/gpu-check.md",
+        include_str!("../guide/src/gpu-check.md"),
+    ),
+    (
+        "guide/src/troubleshooting.md",
+        include_str!("../guide/src/troubleshooting.md"),
+    ),
     ("guide/src/tests.md", include_str!("../guide/src/tests.md")),
 ];
 
@@ -508,7 +551,11 @@ fn checked_snippets<'a>(path: &str, document: &'a str) -> Vec<&'a str> {
             checked.push(name);
         } else if line.trim_start() == "```rust" {
             let marked = index > 0 && lines[index - 1].starts_with("<!-- snippet: ");
-            assert!(marked, "{path} line {}: a rust block without a test", index + 1);
+            assert!(
+                marked,
+                "{path} line {}: a rust block without a test",
+                index + 1
+            );
         }
     }
     checked
@@ -539,11 +586,20 @@ fn documents_show_these_tests() {
             .filter_map(|line| line.trim().strip_prefix("// snippet: "))
     });
     for name in regions {
-        assert!(shown.contains(&name), "no document shows the region `{name}`");
+        assert!(
+            shown.contains(&name),
+            "no document shows the region `{name}`"
+        );
     }
     // The front page's quick starts: the direct loop, and the f16 `Learner` in three changes.
     let front = checked_snippets("README.md", DOCUMENTS[0].1);
-    for name in ["quick-start", "learner", "learner-f16", "train-step", "f16-forward"] {
+    for name in [
+        "quick-start",
+        "learner",
+        "learner-f16",
+        "train-step",
+        "f16-forward",
+    ] {
         assert!(front.contains(&name), "README.md shows no `{name}` block");
     }
 }

@@ -12,8 +12,8 @@ use burn::optim::{Optimizer, Sgd, SgdConfig};
 use burn::tensor::DType;
 use burn::train::LearningComponentsMarker;
 use burn_sam::{
-    ConfigError, LossScaleError, LossScaledConfig, LossScalerConfig, RhoSchedule, Sam,
-    SamConfig, SamError, SamSchedule, SamVariant,
+    ConfigError, LossScaleError, LossScaledConfig, LossScalerConfig, RhoSchedule, Sam, SamConfig,
+    SamError, SamSchedule, SamVariant,
 };
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::{AccumError, AccumulationConfig};
@@ -49,7 +49,9 @@ fn text_blocks(section: &str) -> Vec<String> {
 /// Asserts that the entry `name` exists and shows `message` as one of its `text` blocks.
 fn assert_entry(name: &str, message: &str) {
     let section = section(name).unwrap_or_else(|| {
-        panic!("troubleshooting.md has no entry `### `{name}``; add it with\n```text\n{message}\n```")
+        panic!(
+            "troubleshooting.md has no entry `### `{name}``; add it with\n```text\n{message}\n```"
+        )
     });
     assert!(
         text_blocks(&section).iter().any(|block| block == message),
@@ -194,7 +196,10 @@ fn every_error_has_an_entry_with_its_message() {
             .and_then(|rest| rest.strip_suffix('`'))
             .filter(|name| name.contains("Error"))
         {
-            assert!(named.contains(&name), "troubleshooting.md: `{name}` is no error");
+            assert!(
+                named.contains(&name),
+                "troubleshooting.md: `{name}` is no error"
+            );
         }
     }
 }
@@ -241,11 +246,12 @@ fn config_refusals() -> Vec<ConfigError> {
         schedule
     };
     let rho = |rho_schedule: RhoSchedule| rho_schedule.validate(0.1).unwrap_err();
-    let devices = SamTraining::<LearningComponentsMarker<B, f64, Classifier<B>, SamSgd>>::data_parallel(
-        Vec::new(),
-        &SamConfig::new().init(sgd()),
-        Ascent::Synced,
-    );
+    let devices =
+        SamTraining::<LearningComponentsMarker<B, f64, Classifier<B>, SamSgd>>::data_parallel(
+            Vec::new(),
+            &SamConfig::new().init(sgd()),
+            Ascent::Synced,
+        );
     let AccumError::InvalidConfig(devices) = devices.err().expect("no devices refused") else {
         panic!("no devices: not a config error");
     };
@@ -283,9 +289,11 @@ fn config_refusals() -> Vec<ConfigError> {
         scaler(LossScalerConfig::new().with_hysteresis(0)),
         scaler(LossScalerConfig::new().with_min_scale(Some(0.0))),
         scaler(LossScalerConfig::new().with_max_scale(Some(0.0))),
-        scaler(LossScalerConfig::new()
-            .with_min_scale(Some(4.0))
-            .with_max_scale(Some(2.0))),
+        scaler(
+            LossScalerConfig::new()
+                .with_min_scale(Some(4.0))
+                .with_max_scale(Some(2.0)),
+        ),
         schedule(SamSchedule::Every { k: 0 }),
         schedule(SamSchedule::Random { p: 2.0, seed: 0 }),
         schedule(with_adaptive(|s| {
@@ -356,7 +364,10 @@ fn the_table_of_fields_is_what_the_configs_refuse() {
         );
     }
     for row in &rows {
-        assert!(refused.contains(row), "no config refuses the table's row {row:?}");
+        assert!(
+            refused.contains(row),
+            "no config refuses the table's row {row:?}"
+        );
     }
     // Every check in the source is in the table: the same fields, as many times.
     let count = |fields: Vec<String>| {
@@ -489,7 +500,10 @@ fn panic_messages() -> Vec<(String, Vec<String>)> {
 #[test]
 fn every_panic_message_of_the_source_is_quoted() {
     let messages = panic_messages();
-    assert!(messages.len() >= 10, "the source's panic messages: {messages:?}");
+    assert!(
+        messages.len() >= 10,
+        "the source's panic messages: {messages:?}"
+    );
     // Quoted in text blocks, where a long message is one line as the library prints it.
     let quoted: String = text_blocks(CHAPTER).join("\n");
     for (path, pieces) in messages {
@@ -501,4 +515,3 @@ fn every_panic_message_of_the_source_is_quoted() {
         }
     }
 }
-
