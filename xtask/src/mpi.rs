@@ -1,5 +1,6 @@
 //! `cargo xtask test-mpi`: `tests/mpi_ranks.rs` under `mpirun` on this machine's loopback,
-//! every scenario with the outcome it must have (the failures must fail, fast, saying why).
+//! every scenario with the outcome it must have (the failures must fail, fast, saying why);
+//! then the troubleshooting chapter against `RanksError`, which only the `mpi` feature builds.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -137,6 +138,17 @@ pub fn test_mpi() {
         fail("resuming after rank 1 died did not end with the uninterrupted run's weights");
     }
     std::fs::remove_dir_all(&dir).ok();
+
+    // `RanksError`'s entries in the troubleshooting chapter are checked with the feature on.
+    let args = ["test", "--features", "mpi", "--test", "troubleshooting"];
+    eprintln!("$ cargo {}", args.join(" "));
+    let status = Command::new("cargo")
+        .args(args)
+        .status()
+        .unwrap_or_else(|error| fail(&format!("cannot start cargo: {error}")));
+    if !status.success() {
+        fail("the troubleshooting chapter does not match the library built with `mpi`");
+    }
 }
 
 fn first_line<'a>(output: &'a str, containing: &str) -> &'a str {
