@@ -176,7 +176,7 @@ fn bench_model<B: AutodiffBackend, M: Net<B>>(c: &mut Criterion, name: &str, mod
             "base_in_sam_step",
             &model,
             sam_step(
-                never(SamSchedule::From { step: u64::MAX }),
+                never(SamSchedule::From { step: usize::MAX }),
                 sgd(),
                 &f32_batch,
             ),

@@ -96,7 +96,7 @@ fn sam_family() -> Result {
 #[test]
 fn schedules() -> Result {
     let (lr, batches) = (0.05, batches(8));
-    let (epochs, batches_per_epoch) = (1, batches.len() as u64);
+    let (epochs, batches_per_epoch) = (1, batches.len());
     let mut model = model();
     // snippet: schedules
     use burn::optim::momentum::MomentumConfig;

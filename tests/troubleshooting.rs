@@ -84,6 +84,9 @@ fn sam_error_name(error: &SamError) -> &'static str {
         SamError::UnlinkedStep { .. } => "SamError::UnlinkedStep",
         SamError::LinkedToAnotherOptimizer => "SamError::LinkedToAnotherOptimizer",
         SamError::RecordMismatch { .. } => "SamError::RecordMismatch",
+        SamError::ResumedDType { .. } => "SamError::ResumedDType",
+        SamError::ResumeOnNarrowDefault { .. } => "SamError::ResumeOnNarrowDefault",
+        SamError::ResumedModelDiffers => "SamError::ResumedModelDiffers",
         SamError::UnsupportedDType { .. } => "SamError::UnsupportedDType",
     }
 }
@@ -153,6 +156,20 @@ fn sam_errors() -> Vec<SamError> {
             &SamConfig::new(),
             &SamConfig::new().with_loss_scaling(Some(LossScalerConfig::new())),
         ),
+        SamError::ResumedDType {
+            params: 4,
+            saved: Some(DType::F16),
+            now: DType::F32,
+        },
+        SamError::ResumedDType {
+            params: 4,
+            saved: None,
+            now: DType::F32,
+        },
+        SamError::ResumeOnNarrowDefault {
+            default: DType::F16,
+        },
+        SamError::ResumedModelDiffers,
         SamError::UnsupportedDType {
             dtype: DType::F16,
             backend: "ndarray".to_string(),

@@ -182,9 +182,9 @@ impl Method {
     }
 
     /// Which steps are SAM steps, in a run of `steps` optimizer steps (`seed` its seed).
-    fn schedule(self, steps: u64, seed: u64) -> Option<SamSchedule> {
+    fn schedule(self, steps: usize, seed: u64) -> Option<SamSchedule> {
         let from = |fraction: f64| SamSchedule::From {
-            step: (steps as f64 * fraction).round() as u64,
+            step: (steps as f64 * fraction).round() as usize,
         };
         match self {
             Method::Every2 | Method::Every2Scaled => Some(SamSchedule::Every { k: 2 }),
@@ -308,7 +308,7 @@ fn train_method(
                 .with_rho(args.rho(method).expect("SAM has a radius"))
                 .with_adaptive(method == Method::Asam)
                 .with_variant(variant)
-                .with_schedule(method.schedule(steps as u64, setup.seed))
+                .with_schedule(method.schedule(steps, setup.seed))
                 .with_loss_scaling(scaling);
             train::train(setup, sam.init(sgd()), progress)
         }

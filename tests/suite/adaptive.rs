@@ -51,7 +51,7 @@ impl Case {
             decay: self.schedule["decay"],
             threshold_start: self.schedule["threshold_start"],
             threshold_end: self.schedule["threshold_end"],
-            steps: self.schedule["steps"] as u64,
+            steps: self.schedule["steps"] as usize,
         }
     }
 }

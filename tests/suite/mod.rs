@@ -19,6 +19,7 @@ pub mod mixed_precision;
 pub mod momentum_sam;
 pub mod parity;
 pub mod records;
+pub mod resume;
 pub mod schedule;
 pub mod semantics;
 pub mod util;
@@ -114,6 +115,7 @@ macro_rules! backend_suite {
                 records_refused_pairings_change_nothing => records::refused_pairings_change_nothing::<B>(),
                 records_allowed_pairings_load => records::allowed_pairings_load::<B>(),
                 records_before_labels => records::records_before_labels::<B>(),
+                resume_a_half_precision_checkpoint_is_noticed => resume::a_half_precision_checkpoint_is_noticed::<B>(),
                 misuse_is_reported => misuse::errors_name_the_mistake::<B>(),
                 misuse_through_optimizer_step_panics_clearly => misuse::optimizer_step_panics_clearly::<B>(),
                 misuse_unscaled_loss_is_refused => misuse::unscaled_loss_is_refused::<B>(),
@@ -169,6 +171,7 @@ macro_rules! f16_suite {
                 adaptive_limits_and_the_ascent_that_steps => adaptive::limits_and_the_ascent_that_steps::<B>(),
                 adaptive_records_resume_the_statistics => adaptive::records_resume_the_statistics::<B>(),
                 adaptive_refusals_hand_back_w_and_change_nothing => adaptive::refusals_hand_back_w_and_change_nothing::<B>(),
+                resume_f16_checkpoints_continue_bitwise_or_are_refused => resume::f16_checkpoints_continue_bitwise::<B>(),
             ]
         );
     };
@@ -188,6 +191,7 @@ macro_rules! f16_params_suite {
             util::use_float_dtype::<B>(burn::tensor::FloatDType::F32),
             [
                 adam_resumes_exactly_with_cast_params => mixed_precision::adam_resumes_exactly_with_cast_params::<B>(),
+                resume_f16_checkpoints_continue_bitwise => resume::f16_checkpoints_continue_bitwise::<B>(),
             ]
         );
     };

@@ -6,10 +6,12 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use burn::module::AutodiffModule;
-use burn::tensor::backend::AutodiffBackend;
+use burn::module::{AutodiffModule, Module};
+use burn::tensor::backend::{AutodiffBackend, Backend};
 
+use crate::checkpoint::{fingerprint, SavedModel};
 use crate::error::SamError;
+use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
 use crate::protocol::{check_handed_scale, Handover, NextStep, Passes};
 use crate::seed::seed_pass;
@@ -30,10 +32,23 @@ struct Messages {
     /// Whether an optimizer reads the hand-overs (`Sam`, `LossScaled`); Burn's own
     /// optimizers ([`StepLink::plain`]) have no reader.
     has_reader: bool,
-    /// The `Learner` epoch a strategy is checkpointing, written into the optimizer's record.
-    checkpoint_epoch: Option<u64>,
+    /// The `Learner` epoch a strategy is checkpointing and the fingerprint of the model saved
+    /// beside the record, taken into the optimizer's next record.
+    checkpoint: Checkpoint,
+    /// What the loaded record says of the model saved beside it, until a step or a resume
+    /// has checked the model against it (published by the optimizer).
+    saved_model: Option<SavedModel>,
     /// Whether the optimizer's ascent waits for its descent (published by the optimizer).
     awaiting_descent: bool,
+}
+
+/// What a strategy or a loop of one's own says of the record being taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Checkpoint {
+    /// The `Learner` epoch whose checkpoint it is.
+    pub epoch: Option<u64>,
+    /// The fingerprint of the model saved beside it.
+    pub fingerprint: Option<u64>,
 }
 
 /// What an `Optimizer::step` call is, once accepted: a direct call, or a strategy's hand-over
@@ -58,7 +73,8 @@ impl Channel {
             pass_seed: None,
             handover: None,
             has_reader,
-            checkpoint_epoch: None,
+            checkpoint: Checkpoint::default(),
+            saved_model: None,
             awaiting_descent: false,
         })))
     }
@@ -78,8 +94,42 @@ impl Channel {
         self.messages().awaiting_descent = awaiting;
     }
 
-    pub fn checkpoint_epoch(&self) -> Option<u64> {
-        self.messages().checkpoint_epoch
+    /// What was said of the record being taken, once: a later record is another checkpoint.
+    pub fn take_checkpoint(&self) -> Checkpoint {
+        core::mem::take(&mut self.messages().checkpoint)
+    }
+
+    /// Says that the next record is saved beside `model`.
+    pub fn label_model<B: Backend, M: Module<B>>(&self, model: &M) {
+        let fingerprint = fingerprint(model);
+        self.messages().checkpoint.fingerprint = Some(fingerprint);
+    }
+
+    /// What a loaded record says of the model saved beside it.
+    pub fn publish_saved_model(&self, saved: SavedModel) {
+        self.messages().saved_model = saved.says_anything().then_some(saved);
+    }
+
+    /// Refuses a step on a resumed model that would not continue the saved run
+    /// ([`SavedModel::check`]); once a step passes, nothing is left to check.
+    pub fn check_resumed<B: Backend, M: Module<B>>(&self, module: &M) -> Result<(), SamError> {
+        let Some(saved) = self.messages().saved_model.clone() else {
+            return Ok(());
+        };
+        saved.check(module)?;
+        self.messages().saved_model = None;
+        Ok(())
+    }
+
+    /// `module` put back as saved ([`SavedModel::restore`]); unchanged when no record was
+    /// loaded.
+    pub fn resume<B: Backend, M: Module<B>>(&self, module: M) -> Result<M, StepError<M>> {
+        let Some(saved) = self.messages().saved_model.clone() else {
+            return Ok(module);
+        };
+        let module = saved.restore(module)?;
+        self.messages().saved_model = None;
+        Ok(module)
     }
 
     /// Seeds `module`'s backend for micro-batch `micro_batch`'s passes of the next step, when
@@ -206,10 +256,33 @@ impl StepLink {
         self.channel.check_taken()
     }
 
-    /// Says that the optimizer's next record is the checkpoint of `Learner` epoch `epoch`: a
-    /// [`Sam`](crate::Sam) writes it into its record's label, and a refused resume names it.
-    pub fn label_checkpoint(&self, epoch: usize) {
-        self.channel.messages().checkpoint_epoch = Some(epoch as u64);
+    /// Says that the optimizer's next record is the checkpoint of `Learner` epoch `epoch`,
+    /// saved beside `model`: a [`Sam`](crate::Sam) writes the epoch into its record's label (a
+    /// refused resume names it), and [`Sam`](crate::Sam) and
+    /// [`LossScaled`](crate::LossScaled) the model's [`fingerprint`](crate::fingerprint),
+    /// which [`StepLink::resume`] checks. One read of every weight.
+    pub fn label_checkpoint<B: Backend, M: Module<B>>(&self, epoch: usize, model: &M) {
+        self.channel.label_model(model);
+        self.channel.messages().checkpoint.epoch = Some(epoch as u64);
+    }
+
+    /// Says that the optimizer's next record is saved beside `model`
+    /// ([`LossScaling::label_model`](crate::LossScaling::label_model)).
+    pub fn label_model<B: Backend, M: Module<B>>(&self, model: &M) {
+        self.channel.label_model(model);
+    }
+
+    /// The resumed `module` as it was saved: its parameters that were narrower than f32 cast
+    /// back to their saved float types (Burn loads them in the device's default type), checked
+    /// against the loaded record; unchanged when no record was loaded. See
+    /// [`LossScaling::resume`](crate::LossScaling::resume).
+    ///
+    /// # Errors
+    /// With the module handed back (its types put back):
+    /// [`SamError::ResumeOnNarrowDefault`], [`SamError::ResumedDType`] (a record from before
+    /// float types were saved), [`SamError::ResumedModelDiffers`].
+    pub fn resume<B: Backend, M: Module<B>>(&self, module: M) -> Result<M, StepError<M>> {
+        self.channel.resume(module)
     }
 
     /// The optimizer's loss scale and overflows.

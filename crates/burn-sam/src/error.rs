@@ -3,6 +3,8 @@
 
 use core::fmt;
 
+use burn::tensor::DType;
+
 /// A configuration field outside its allowed range.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -10,8 +12,8 @@ pub struct ConfigError {
     pub config: &'static str,
     /// The field's name, as in the config struct.
     pub field: &'static str,
-    /// The rejected value.
-    pub value: f64,
+    /// The rejected value, as written in the message.
+    pub value: String,
     /// The allowed range, in words.
     pub allowed: &'static str,
 }
@@ -31,7 +33,7 @@ impl ConfigError {
     pub fn check(
         config: &'static str,
         field: &'static str,
-        value: f64,
+        value: impl fmt::Display,
         allowed: &'static str,
         ok: bool,
     ) -> Result<(), Self> {
@@ -41,7 +43,7 @@ impl ConfigError {
         Err(Self {
             config,
             field,
-            value,
+            value: value.to_string(),
             allowed,
         })
     }
@@ -210,10 +212,33 @@ pub enum SamError {
         /// How to continue.
         fix: String,
     },
+    /// A resumed model's parameters are not in the float types they were saved in: Burn loads
+    /// a record's float tensors in the device's default float type, so an f16 model saved at
+    /// full precision comes back f32 on an f32 device ([`LossScaling::resume`] puts it back).
+    ///
+    /// [`LossScaling::resume`]: crate::LossScaling::resume
+    ResumedDType {
+        /// How many parameters differ.
+        params: usize,
+        /// The type one of them was saved in (`None`: narrower than f32, in a record from
+        /// before float types were saved).
+        saved: Option<DType>,
+        /// Its type now.
+        now: DType,
+    },
+    /// A resume on a device whose default float type is narrower than f32, of a base
+    /// optimizer whose state of the f32 master weights Burn loaded in that type.
+    ResumeOnNarrowDefault {
+        /// The device's default float type.
+        default: DType,
+    },
+    /// The resumed model is not the model saved beside the optimizer's record: its weights'
+    /// [`fingerprint`](crate::fingerprint) differs (a half-precision recorder rounded them).
+    ResumedModelDiffers,
     /// The backend cannot compute in the float type parameters were to be cast to.
     UnsupportedDType {
         /// The float type asked for.
-        dtype: burn::tensor::DType,
+        dtype: DType,
         /// The backend's name.
         backend: String,
     },
@@ -297,6 +322,18 @@ impl fmt::Display for SamError {
                 optimizer,
                 fix,
             } => record_mismatch(f, *epoch, record, optimizer, fix),
+            Self::ResumedDType { params, saved, now } => resumed_dtype(f, *params, *saved, *now),
+            Self::ResumeOnNarrowDefault { default } => write!(
+                f,
+                "cannot resume on a device whose default float type is {default:?}: Burn \
+                 loaded the base optimizer's state of the f32 master weights (Adam's moments, \
+                 SGD's momentum) as {default:?}, rounded, and its next step would fail inside \
+                 the backend. Load the checkpoint on a device with an f32 default float type \
+                 (`Cuda<f32>`, `Vulkan<f32>`, no `set_default_float_dtype`) and call \
+                 `optim.resume(model)`, which casts the model back to {default:?}; train in \
+                 f16 that way from the start (`try_cast_params(model, FloatDType::F16)`)"
+            ),
+            Self::ResumedModelDiffers => f.write_str(RESUMED_MODEL_DIFFERS),
             Self::UnsupportedDType { dtype, backend } => write!(
                 f,
                 "the {backend} backend does not compute in {dtype:?} on this device: train \
@@ -363,6 +400,37 @@ fn linked_to_another_optimizer(f: &mut fmt::Formatter<'_>) -> fmt::Result {
          two optimizers: each has its own passes, loss scale and state"
     )
 }
+
+/// [`SamError::ResumedDType`]'s message.
+fn resumed_dtype(
+    f: &mut fmt::Formatter<'_>,
+    params: usize,
+    saved: Option<DType>,
+    now: DType,
+) -> fmt::Result {
+    let (saved, fix) = match saved {
+        Some(saved) => (format!("{saved:?}"), RESUME_FIX),
+        None => ("narrower than f32".to_string(), OLD_RECORD_FIX),
+    };
+    write!(
+        f,
+        "{params} parameter(s) saved {saved} are {now:?} in the resumed model: Burn loads a \
+         record's float tensors in the device's default float type, and the run would go on \
+         in {now:?}. {fix}"
+    )
+}
+
+const RESUME_FIX: &str = "Call `optim.resume(model)` (the `LossScaling` trait) after loading the \
+     model and the optimizer's record: it casts them back (`SamTraining` does it in a `Learner`)";
+const OLD_RECORD_FIX: &str = "The record predates saved float types: cast the model with \
+     `try_cast_params(model, FloatDType::F16)` (or the type it was saved in) after loading it";
+const RESUMED_MODEL_DIFFERS: &str =
+    "the resumed model is not the model saved beside the optimizer's record (the weights' \
+     fingerprints differ): a half-precision recorder, such as Burn's `CompactRecorder`, \
+     rounds the model's weights and the base optimizer's state to f16, so the run goes on near \
+     where it stopped, not from it. Save checkpoints with \
+     `NamedMpkFileRecorder::<FullPrecisionSettings>` to continue exactly, and load the model \
+     and the optimizer's record of the same checkpoint";
 
 /// [`SamError::RecordMismatch`]'s message.
 fn record_mismatch(

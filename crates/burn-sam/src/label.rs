@@ -270,6 +270,7 @@ mod tests {
         MixedPrecisionRecord {
             loss_scaler: None,
             master_weights: Vec::new(),
+            model: None,
         }
     }
 

@@ -47,6 +47,7 @@ mod hand_back;
 mod broadcast;
 mod cast;
 mod channel;
+mod checkpoint;
 mod config;
 pub mod diagnostics;
 mod error;
@@ -79,6 +80,7 @@ pub mod strategy;
 mod variant;
 
 pub use cast::{cast_params, try_cast_params};
+pub use checkpoint::{fingerprint, NarrowParamRecord, SavedModelRecord};
 pub use config::SamConfig;
 pub use error::{ConfigError, LossScaleError, SamError};
 pub use family::{ParamValuesRecord, VariantRecord};

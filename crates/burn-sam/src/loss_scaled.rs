@@ -118,6 +118,7 @@ impl<O> LossScaled<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
+        or_hand_back!(self.channel.check_resumed(&module), module);
         let (module, report) =
             self.precision
                 .guarded_step(&mut self.base, lr, module, grads, call)?;
@@ -163,12 +164,21 @@ where
     }
 
     fn to_record(&self) -> Self::Record {
-        (self.base.to_record(), self.precision.to_record::<B>())
+        let fingerprint = self.channel.take_checkpoint().fingerprint;
+        (
+            self.base.to_record(),
+            self.precision.to_record::<B>(fingerprint),
+        )
     }
 
+    /// The model loaded beside it is checked at the first step: call
+    /// [`LossScaling::resume`] on it first.
     fn load_record(mut self, (base, precision): Self::Record) -> Self {
         self.base = self.base.load_record(base);
-        self.precision.load_record(precision);
+        let masters = !precision.master_weights.is_empty();
+        let saved = self.precision.load_record(precision);
+        let saved = saved.with_base_state::<B, _>(masters, || self.base.to_record());
+        self.channel.publish_saved_model(saved);
         self
     }
 }

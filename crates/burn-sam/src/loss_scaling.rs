@@ -2,13 +2,14 @@
 //! and through it the loss scale, the same for [`Sam`](crate::Sam),
 //! [`LossScaled`](crate::LossScaled) and Burn's own optimizers.
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::SimpleOptimizer;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use crate::channel::StepLink;
+use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
 
 /// An optimizer's loss scale and the link a training strategy steps it through.
@@ -50,6 +51,35 @@ pub trait LossScaling {
     /// loss unchanged without loss scaling.
     fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
         self.loss_scale_handle().scale_loss(loss)
+    }
+
+    /// Says that this optimizer's next record (`to_record`) is saved beside `model`: the
+    /// record holds the model's [`fingerprint`](crate::fingerprint) (one read of every
+    /// weight), which [`LossScaling::resume`] checks. `SamTraining` does it at each checkpoint.
+    fn label_model<B: Backend, M: Module<B>>(&self, model: &M) {
+        self.step_link().label_model(model);
+    }
+
+    /// The resumed `module` as it was saved, after `load_record`: parameters that were f16
+    /// or bf16 cast back to that type (Burn loads a record's floats in the device's default
+    /// float type, so they come back f32 on an f32 device), checked against the record.
+    /// Without it, the first step refuses such a model ([`SamError::ResumedDType`]).
+    /// Unchanged when no record was loaded or nothing needs putting back; `SamTraining` does
+    /// it when the `Learner` resumes.
+    ///
+    /// # Errors
+    /// With the module handed back, its types put back: the device's default float type
+    /// rounded the base optimizer's state ([`SamError::ResumeOnNarrowDefault`]); the record
+    /// predates saved float types and a parameter is no longer narrow
+    /// ([`SamError::ResumedDType`]); the record was labelled with a model
+    /// ([`LossScaling::label_model`]) and `module`'s weights differ from it, as after a
+    /// half-precision recorder ([`SamError::ResumedModelDiffers`]).
+    ///
+    /// [`SamError::ResumedDType`]: crate::SamError::ResumedDType
+    /// [`SamError::ResumeOnNarrowDefault`]: crate::SamError::ResumeOnNarrowDefault
+    /// [`SamError::ResumedModelDiffers`]: crate::SamError::ResumedModelDiffers
+    fn resume<B: Backend, M: Module<B>>(&self, module: M) -> Result<M, StepError<M>> {
+        self.step_link().resume(module)
     }
 }
 

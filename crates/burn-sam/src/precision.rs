@@ -12,6 +12,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::channel::Call;
+use crate::checkpoint::{dtype_name, narrow, NarrowParamRecord, SavedModel, SavedModelRecord};
 use crate::diagnostics::{closing_sync, launched, sync};
 use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
@@ -35,6 +36,9 @@ pub(crate) struct MixedPrecision {
     handle: LossScaleHandle,
     master_weights: bool,
     masters: ParamState<f32>,
+    /// The float type of every parameter narrower than f32 that a step has seen (or a loaded
+    /// record named): what a resumed model is put back to.
+    narrow: HashMap<ParamId, DType>,
     max_grad_norm: Option<f64>,
 }
 
@@ -46,6 +50,10 @@ pub struct MixedPrecisionRecord {
     pub loss_scaler: Option<LossScalerRecord>,
     /// The f32 master copy of each parameter narrower than f32.
     pub master_weights: Vec<MasterWeightRecord>,
+    /// The model saved beside the record: its parameters narrower than f32 and, when the
+    /// record was taken with it, its fingerprint. `None` in records written before burn-sam
+    /// saved it (their master weights say which parameters were narrow).
+    pub model: Option<SavedModelRecord>,
 }
 
 /// The f32 master copy of one parameter.
@@ -57,10 +65,6 @@ pub struct MasterWeightRecord {
     pub values: Vec<f32>,
 }
 
-fn narrow(dtype: DType) -> bool {
-    matches!(dtype, DType::F16 | DType::BF16)
-}
-
 impl MixedPrecision {
     pub fn new(scaler: Option<LossScaler>, master_weights: bool) -> Self {
         Self {
@@ -68,6 +72,7 @@ impl MixedPrecision {
             scaler,
             master_weights,
             masters: ParamState::default(),
+            narrow: HashMap::new(),
             max_grad_norm: None,
         }
     }
@@ -204,9 +209,24 @@ impl MixedPrecision {
         Ok((module, report))
     }
 
-    pub fn to_record<B: AutodiffBackend>(&self) -> MixedPrecisionRecord {
+    /// The record, with the `fingerprint` of the model saved beside it when one was taken.
+    pub fn to_record<B: AutodiffBackend>(&self, fingerprint: Option<u64>) -> MixedPrecisionRecord {
         let masters = self.masters.to_values::<B::InnerBackend>().into_iter();
+        let mut narrow: Vec<_> = self
+            .narrow
+            .iter()
+            .map(|(id, &dtype)| NarrowParamRecord {
+                id: id.serialize(),
+                dtype: dtype_name(dtype),
+            })
+            .collect();
+        // In one order whatever the map's: equal states write equal records.
+        narrow.sort_by(|a, b| a.id.cmp(&b.id));
         MixedPrecisionRecord {
+            model: Some(SavedModelRecord {
+                narrow,
+                fingerprint,
+            }),
             loss_scaler: self.scaler.as_ref().map(LossScaler::to_record),
             master_weights: masters
                 .map(|(id, values)| MasterWeightRecord {
@@ -217,7 +237,11 @@ impl MixedPrecision {
         }
     }
 
-    pub fn load_record(&mut self, record: MixedPrecisionRecord) {
+    /// Loads `record`, and says what it tells of the model saved beside it.
+    pub fn load_record(&mut self, record: MixedPrecisionRecord) -> SavedModel {
+        let masters: Vec<String> = record.master_weights.iter().map(|m| m.id.clone()).collect();
+        let saved = SavedModel::read(record.model.as_ref(), &masters);
+        self.narrow = saved.narrow_types();
         if let Some(state) = record.loss_scaler {
             self.scaler = self.scaler.take().map(|scaler| scaler.load_record(state));
         }
@@ -228,6 +252,7 @@ impl MixedPrecision {
         self.masters = ParamState::from_values(
             masters.map(|master| (ParamId::deserialize(&master.id), master.values)),
         );
+        saved
     }
 }
 
@@ -302,6 +327,9 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Widen<'_> {
             return Param::from_mapped_value(id, tensor, mapper);
         };
         let dtype = tensor.dtype();
+        if narrow(dtype) {
+            self.masters.narrow.insert(id, dtype);
+        }
         let mut grad = widen(grad);
         if self.factor != 1.0 {
             grad = grad.mul_scalar(self.factor);

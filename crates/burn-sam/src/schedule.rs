@@ -41,13 +41,13 @@ pub enum SamSchedule {
     /// `alpha` 0 and the same `k`.
     Every {
         /// Steps per SAM step. Allowed: `>= 1`.
-        k: u64,
+        k: usize,
     },
     /// Base steps before step `step`, SAM from it on: late-phase SAM (Zhou et al., ICLR 2025),
     /// whose "few epochs of SAM at the end" match full SAM's generalization there.
     From {
         /// The first SAM step (0: SAM throughout).
-        step: u64,
+        step: usize,
     },
     /// A SAM step with probability `p`, drawn per step from `seed` and the step count
     /// (SS-SAM, Zhao et al., 2022): the same draws on every replica, rank and resume.
@@ -73,7 +73,7 @@ pub enum SamSchedule {
         /// `c` from step `steps` on. Allowed: finite.
         threshold_end: f64,
         /// The steps over which `c` moves (the run's length, for AE-SAM). Allowed: `>= 1`.
-        steps: u64,
+        steps: usize,
     },
 }
 
@@ -99,7 +99,7 @@ impl SamSchedule {
     /// AE-SAM over a run of `steps` optimizer steps, with decay 0.9 and `c` from 1 down to -1:
     /// few SAM steps early, more later, about half over the run on a steady gradient norm
     /// (our reading of the paper's settings).
-    pub fn adaptive(steps: u64) -> Self {
+    pub fn adaptive(steps: usize) -> Self {
         Self::Adaptive {
             decay: 0.9,
             threshold_start: 1.0,
@@ -112,8 +112,8 @@ impl SamSchedule {
     /// [`SamSchedule::Adaptive`], which decides from the step's first gradient.
     pub fn sam_step(&self, step: u64) -> Option<bool> {
         match *self {
-            Self::Every { k } => Some(step.is_multiple_of(k.max(1))),
-            Self::From { step: first } => Some(step >= first),
+            Self::Every { k } => Some(step.is_multiple_of(k.max(1) as u64)),
+            Self::From { step: first } => Some(step >= first as u64),
             Self::Random { p, seed } => Some(uniform(seed, step) < p),
             Self::Adaptive { .. } => None,
         }
@@ -208,7 +208,7 @@ impl SamSchedule {
         ConfigError::check(
             "SamConfig",
             "schedule",
-            f64::NAN,
+            format!("Some({self:?})"),
             "None with SamVariant::MomentumSam: its steps take one pass already, at the \
              look-ahead (a schedule's base step at `w` would save nothing); use a schedule \
              with SAM, GSAM, LookSAM or Friendly-SAM",

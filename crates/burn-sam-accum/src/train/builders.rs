@@ -152,8 +152,9 @@ where
     }
 
     /// Steps once per `window` batches of the data loader (per replica), with the gradient of
-    /// their union. Overrides `SupervisedTraining::grads_accumulation`, which is otherwise
-    /// taken as the window. An error for `window = 0`.
+    /// their union. The same setting as `SupervisedTraining::grads_accumulation`, which is
+    /// read when this is not called: with both, they must agree (the run stops at its start
+    /// otherwise). An error for `window = 0`.
     pub fn with_accumulation(mut self, window: usize) -> Result<Self, ConfigError> {
         AccumulationConfig::new(window).validate()?;
         self.window = Some(window);
@@ -171,15 +172,27 @@ where
         self
     }
 
+    /// The window: [`SamTraining::with_accumulation`]'s, or the builder's
+    /// `grads_accumulation`, or 1.
+    ///
     /// # Panics
     /// When the builder's `grads_accumulation` is 0, with the message `with_accumulation(0)`
-    /// returns.
+    /// returns, or differs from `with_accumulation`'s window: one of the two would be ignored.
     pub(super) fn window(&self, grads_accumulation: Option<usize>) -> usize {
-        let window = self.window.or(grads_accumulation).unwrap_or(1);
-        let config = AccumulationConfig::new(window);
-        config.validate().unwrap_or_else(|error| {
-            panic!("{error} (from `SupervisedTraining::grads_accumulation`)")
-        });
-        window
+        if let Some(window) = grads_accumulation {
+            AccumulationConfig::new(window)
+                .validate()
+                .unwrap_or_else(|error| {
+                    panic!("{error} (from `SupervisedTraining::grads_accumulation`)")
+                });
+        }
+        match (self.window, grads_accumulation) {
+            (Some(ours), Some(builder)) if ours != builder => panic!(
+                "two accumulation windows: `SupervisedTraining::grads_accumulation({builder})` \
+                 and `SamTraining::with_accumulation({ours})`; set one of them (SamTraining \
+                 reads the builder's)"
+            ),
+            (ours, builder) => ours.or(builder).unwrap_or(1),
+        }
     }
 }

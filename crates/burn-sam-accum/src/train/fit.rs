@@ -10,6 +10,8 @@ use burn::train::{
     TrainLoader, TrainingComponents, TrainingModel, ValidLoader,
 };
 
+use burn_sam::{SamError, StepError};
+
 use super::epoch::valid_epoch;
 use super::peers::Layout;
 use super::{announce, wire, Input, SamTraining};
@@ -91,6 +93,30 @@ where
         loaders
     }
 
+    /// Puts the model of the checkpoint the `Learner` resumes from back as it was saved, before
+    /// replicas or ranks copy it: Burn loads f16 parameters as f32 on an f32 device. Says so
+    /// when it is not the model saved beside the optimizer's record (a half-precision
+    /// recorder); refuses a resume that cannot continue the run.
+    fn resume_model(&self, learner: &mut Learner<LC>, starting_epoch: usize) {
+        let model = match self.link.resume(learner.model()) {
+            Ok(model) => model,
+            Err(StepError {
+                module,
+                error: error @ SamError::ResumedModelDiffers,
+            }) => {
+                let line = format!(
+                    "burn-sam: SamTraining: resuming from the checkpoint of epoch {}: {error}",
+                    starting_epoch.saturating_sub(1)
+                );
+                log::warn!("{line}");
+                eprintln!("{line}");
+                module
+            }
+            Err(error) => panic!("{error}"),
+        };
+        learner.load_model(model.into_record());
+    }
+
     /// Moves the learner to the main device and, across ranks, loads rank 0's weights,
     /// whatever each rank initialised.
     fn start_replicas(&self, learner: &mut Learner<LC>) {
@@ -140,6 +166,7 @@ where
         loader_valid: ValidLoader<LC>,
         starting_epoch: usize,
     ) -> (TrainingModel<LC>, SupervisedTrainingEventProcessor<LC>) {
+        self.resume_model(&mut learner, starting_epoch);
         let window = self.window(components.grad_accumulation);
         let epochs = (starting_epoch, components.num_epochs);
         let layout = self.agree_on_start(&learner.model(), window, epochs);
@@ -170,7 +197,7 @@ where
             if peers.is_root() {
                 valid_epoch(&learner, &loader_valid, &progress, processor, interrupter);
                 if let Some(checkpointer) = &mut components.checkpointer {
-                    self.link.label_checkpoint(epoch);
+                    self.link.label_checkpoint(epoch, &learner.model());
                     checkpointer.checkpoint(&learner, epoch, &components.event_store);
                 }
                 if let Some(early_stopping) = &mut components.early_stopping {

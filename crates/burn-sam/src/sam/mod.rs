@@ -167,10 +167,10 @@ impl<O> Sam<O> {
     /// assert!(refused.to_string().contains("cannot continue Friendly-SAM's"));
     /// ```
     pub fn check_record(&self, record: &SamRecord) -> Result<(), SamError> {
-        self.resume(record).map(drop)
+        self.resume_as(record).map(drop)
     }
 
-    fn resume(&self, record: &SamRecord) -> Result<Resume, SamError> {
+    fn resume_as(&self, record: &SamRecord) -> Result<Resume, SamError> {
         check_resume(
             &self.config,
             record.label.as_ref(),

@@ -117,13 +117,14 @@ where
     /// The base optimizer's record and SAM's own: counters, loss scaler, master weights.
     /// A pending ascent is not part of it: take records between steps.
     fn to_record(&self) -> Self::Record {
+        let checkpoint = self.channel.take_checkpoint();
         let label = SamRecordLabel {
-            epoch: self.channel.checkpoint_epoch(),
+            epoch: checkpoint.epoch,
             ..SamRecordLabel::of(&self.config)
         };
         let own = SamRecord {
             stats: self.stats,
-            mixed_precision: self.precision.to_record::<B>(),
+            mixed_precision: self.precision.to_record::<B>(checkpoint.fingerprint),
             variant: self.family.to_record::<B>(),
             label: Some(label),
             schedule: self.family.schedule_record(),
@@ -131,14 +132,22 @@ where
         (self.base.to_record(), own)
     }
 
+    /// The model loaded beside it is checked at the first step: call
+    /// [`LossScaling::resume`](crate::LossScaling::resume) on it first.
+    ///
     /// # Panics
     /// On a record this optimizer cannot continue exactly, before changing anything, with the
     /// message of [`Sam::check_record`]'s error (see [`SamRecord`]).
     fn load_record(mut self, (base, own): Self::Record) -> Self {
-        let resume = self.resume(&own).unwrap_or_else(|error| panic!("{error}"));
+        let resume = self
+            .resume_as(&own)
+            .unwrap_or_else(|error| panic!("{error}"));
         self.base = self.base.load_record(base);
         self.stats = own.stats;
-        self.precision.load_record(own.mixed_precision);
+        let masters = !own.mixed_precision.master_weights.is_empty();
+        let saved = self.precision.load_record(own.mixed_precision);
+        let saved = saved.with_base_state::<B, _>(masters, || self.base.to_record());
+        self.channel.publish_saved_model(saved);
         let variant = match resume {
             Resume::Exactly => own.variant,
             Resume::FreshVariantState => VariantRecord::default(),

@@ -83,6 +83,7 @@ impl<O> Sam<O> {
         if self.pending.is_some() {
             return Err(StepError::new(module, SamError::AscentPending));
         }
+        or_hand_back!(self.channel.check_resumed(&module), module);
         if !self.family.needs_ascent() {
             return Err(StepError::new(module, SamError::SinglePassStep));
         }
@@ -253,6 +254,7 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
+        or_hand_back!(self.channel.check_resumed(&module), module);
         let loss_scale = self.precision.loss_scale();
         // An adaptive base step's norm was read for its decision: no second read.
         let descent = self

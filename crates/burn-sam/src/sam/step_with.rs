@@ -30,6 +30,8 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
         F: FnMut(&M) -> Tensor<B, 1>,
     {
+        // Before the first pass: a resumed model in the wrong float types would fail there.
+        or_hand_back!(self.channel.check_resumed(&module), module);
         let passes = self.family.passes();
         let module = match passes {
             Passes::LookAhead => self.ascend(lr, module, GradientsParams::new())?,
