@@ -10,3 +10,6 @@ backend_suite!(
     burn::tensor::FloatDType::F32,
     util::MatmulInputs::Tf32
 );
+
+// f16 parameters cast with `cast_params` on this f32-default device.
+f16_params_suite!(cuda_f16_params, burn::backend::Autodiff<burn::backend::Cuda>);

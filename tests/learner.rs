@@ -18,7 +18,7 @@ use burn::lr_scheduler::LrScheduler;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{Adam, Sgd};
+use burn::optim::{Adam, AdamW, AdamWConfig, Sgd};
 use burn::optim::{
     AdamConfig, GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SgdConfig,
 };
@@ -450,7 +450,14 @@ fn sam_state_survives_a_half_precision_recorder_and_resume_needs_full_precision(
     );
 
     // An f32 model resumed from a compact checkpoint: its weights and SGD's momentum were
-    // stored in f16.
+    // stored in f16. `SamTraining` says so at resume; a full-precision resume does not.
+    let log = strategy_log();
+    let warnings = || {
+        let warning = "burn-sam: SamTraining: resuming from the checkpoint of epoch 2: the \
+                       resumed model is not the model saved beside the optimizer's record";
+        let log = log.lock().unwrap();
+        log.iter().filter(|line| line.starts_with(warning)).count()
+    };
     let initial = model();
     let fresh = || {
         let optim = SamConfig::new().with_rho(0.05).init(sgd());
@@ -482,6 +489,7 @@ fn sam_state_survives_a_half_precision_recorder_and_resume_needs_full_precision(
         Some(strategy),
         Some(2),
     );
+    assert_eq!(warnings(), 1, "the compact resume is noticed");
     let apart = max_difference(&weights(&uninterrupted), &weights(&resumed));
     println!("resumed from a compact checkpoint: {apart:e} from the uninterrupted run");
     assert!(
@@ -495,6 +503,85 @@ fn sam_state_survives_a_half_precision_recorder_and_resume_needs_full_precision(
     let (learner, strategy) = fresh();
     let resumed = run(&parts, loader(), 3, learner, Some(strategy), Some(2));
     assert_eq!(weights(&resumed), weights(&uninterrupted));
+    assert_eq!(warnings(), 1, "a full-precision resume is the saved model");
+}
+
+type AdamWOptim = OptimizerAdaptor<AdamW, Model, B>;
+
+/// README's f16 run (`cast_params`, loss scaling, `scale_loss` in the `TrainStep`) over AdamW,
+/// checkpointed at full precision and resumed from epoch 1: Burn loads the f16 parameters as
+/// f32, `SamTraining` puts them back, and the run equals the uninterrupted one bitwise, in f16.
+#[test]
+fn an_f16_run_resumed_from_its_checkpoint_equals_the_uninterrupted_run() {
+    let f16 = cast_params(model(), FloatDType::F16);
+    let fresh = || {
+        let scaling = LossScalerConfig::new()
+            .with_init_scale(256.0)
+            .with_growth_interval(3);
+        let adamw = AdamWConfig::new().with_weight_decay(0.05).init();
+        let optim = SamConfig::new()
+            .with_rho(0.05)
+            .with_loss_scaling(Some(scaling))
+            .init::<AdamWOptim>(adamw);
+        let strategy = SamTraining::new(Default::default(), &optim)
+            .with_accumulation(3)
+            .unwrap();
+        (Learner::new(f16.clone(), optim, scheduler()), strategy)
+    };
+    let loader = || train_loader(16, Some(5));
+    let (learner, strategy) = fresh();
+    let whole = artifacts("f16-whole");
+    let uninterrupted = run(&whole, loader(), 3, learner, Some(strategy), None);
+    let parts = artifacts("f16-parts");
+    let (learner, strategy) = fresh();
+    run(&parts, loader(), 1, learner, Some(strategy), None);
+    let (learner, strategy) = fresh();
+    let resumed = run(&parts, loader(), 3, learner, Some(strategy), Some(1));
+    for model in [&uninterrupted, &resumed] {
+        assert_eq!(model.mlp.layers[0].weight.val().dtype(), DType::F16);
+    }
+    assert_eq!(weights(&resumed), weights(&uninterrupted));
+    let (expected, actual) = (
+        checkpoint_sam_record::<B, Model, AdamWOptim>(&whole, 3),
+        checkpoint_sam_record::<B, Model, AdamWOptim>(&parts, 3),
+    );
+    assert_eq!(actual.stats, expected.stats);
+    let (expected, actual) = (expected.mixed_precision, actual.mixed_precision);
+    assert_eq!(actual.loss_scaler, expected.loss_scaler);
+    // The same f16 parameters, the same fingerprint of the same weights.
+    assert_eq!(actual.model, expected.model);
+    assert_eq!(actual.model.unwrap().narrow.len(), 4);
+}
+
+#[test]
+#[should_panic(expected = "two accumulation windows: `SupervisedTraining::grads_accumulation(3)` \
+                           and `SamTraining::with_accumulation(1)`")]
+fn two_accumulation_windows_are_refused() {
+    let optim = SamConfig::new().init(sgd());
+    let strategy = SamTraining::new(Default::default(), &optim)
+        .with_accumulation(1)
+        .unwrap();
+    SupervisedTraining::new(artifacts("two-windows"), train_loader(16, None), valid_loader())
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .grads_accumulation(3)
+        .with_training_strategy(strategy.into_strategy())
+        .launch(Learner::new(model(), optim, 0.05));
+}
+
+#[test]
+#[should_panic(expected = "invalid AccumulationConfig: `window` = 0")]
+fn grads_accumulation_zero_is_refused_beside_with_accumulation() {
+    let optim = SamConfig::new().init(sgd());
+    let strategy = SamTraining::new(Default::default(), &optim)
+        .with_accumulation(1)
+        .unwrap();
+    SupervisedTraining::new(artifacts("zero-beside"), train_loader(16, None), valid_loader())
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .grads_accumulation(0)
+        .with_training_strategy(strategy.into_strategy())
+        .launch(Learner::new(model(), optim, 0.05));
 }
 
 /// SGD that records the learning rate of each of its steps.

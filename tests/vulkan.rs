@@ -8,3 +8,6 @@ backend_suite!(
     burn::backend::Autodiff<burn::backend::Vulkan>,
     burn::tensor::FloatDType::F32
 );
+
+// f16 parameters cast with `cast_params` on this f32-default device.
+f16_params_suite!(vulkan_f16_params, burn::backend::Autodiff<burn::backend::Vulkan>);

@@ -61,6 +61,7 @@ backend_suite!(
     crate::MATMUL_INPUTS
 );
 f16_suite!(list, suite_f16, crate::B);
+f16_params_suite!(list, suite_f16_params, crate::B);
 
 #[derive(Parser, Debug)]
 #[command(about = "burn-sam's GPU check: the suite, the examples in f16, SAM's cost")]

@@ -14,7 +14,8 @@ use crate::Dtype;
 
 pub fn run(dtype: Dtype, json: &Path) -> Result<(), String> {
     let cases = match dtype {
-        Dtype::F32 => crate::suite_f32::cases(),
+        // f16 parameters cast on an f32-default device run in the f32 process.
+        Dtype::F32 => [crate::suite_f32::cases(), crate::suite_f16_params::cases()].concat(),
         Dtype::F16 => crate::suite_f16::cases(),
     };
     let panics = capture_panic_messages();

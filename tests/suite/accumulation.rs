@@ -22,12 +22,12 @@ use super::util::{float_dtype, grads, mse, problem, tensors, tf32_matmul, TF32_U
 
 type Batch<B> = (Tensor<B, 2>, Tensor<B, 2>);
 
-fn loss<B: AutodiffBackend>(model: &Mlp<B>, (x, y): &Batch<B>) -> Tensor<B, 1> {
+pub fn loss<B: AutodiffBackend>(model: &Mlp<B>, (x, y): &Batch<B>) -> Tensor<B, 1> {
     mse(model.forward(x.clone()), y.clone())
 }
 
 /// Rows of `batch` cut into consecutive micro-batches of `sizes` (with their item counts).
-fn split<B: AutodiffBackend>(batch: &Batch<B>, sizes: &[usize]) -> Vec<MicroBatch<Batch<B>>> {
+pub fn split<B: AutodiffBackend>(batch: &Batch<B>, sizes: &[usize]) -> Vec<MicroBatch<Batch<B>>> {
     let mut start = 0;
     let mut micro_batches = Vec::new();
     for &size in sizes {

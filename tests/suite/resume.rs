@@ -12,8 +12,10 @@ use burn::record::{Record, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor};
 use burn_sam::{cast_params, LossScalerConfig, LossScaling, Sam, SamConfig, SamError, SamVariant};
+use burn_sam_accum::{AccumError, Accumulation, AccumulationConfig};
 use burn_sam_suite::{load_record, record_bytes, Mlp, MlpConfig};
 
+use super::accumulation::{loss, split};
 use super::util::{float_dtype, mse, problem, tensors};
 
 type Batch<B> = (Tensor<B, 2>, Tensor<B, 2>);
@@ -248,4 +250,55 @@ pub fn a_half_precision_checkpoint_is_noticed<B: AutodiffBackend>() {
     let optim = config.init(sgd());
     let optim = Optimizer::<Mlp<B>, B>::load_record(optim, load_record::<B, _>(unlabelled));
     assert!(optim.resume(model).is_ok());
+}
+
+/// Accumulated windows of 3 micro-batches over loss-scaled SAM and AdamW with f16 parameters:
+/// saved after two windows and resumed into a fresh model, `resume` on the accumulation's
+/// optimizer puts the model back and the run continues bitwise; without it the window is
+/// refused before its first pass, the module handed back.
+pub fn accumulation_resumes_f16_bitwise<B: AutodiffBackend>() {
+    let run = Run::<B>::new(SamVariant::Sam, Base::AdamW);
+    let init = || {
+        let adamw = AdamWConfig::new().with_weight_decay(0.1).init();
+        AccumulationConfig::new(3).init(run.config().init(adamw))
+    };
+    let windows = |acc: &mut Accumulation<Sam<_>>, mut model: Mlp<B>, batches: &[Batch<B>]| {
+        for batch in batches {
+            let micro_batches = split(batch, &[3, 3, 2]);
+            model = acc.step(1e-2, model, &micro_batches, loss::<B>).unwrap().module;
+        }
+        model
+    };
+    let expected = windows(&mut init(), run.model.clone(), &run.batches[..4]);
+    let mut acc = init();
+    let model = windows(&mut acc, run.model.clone(), &run.batches[..2]);
+    acc.optimizer().label_model(&model);
+    let saved = (
+        bytes::<B, _>(model.into_record(), true),
+        bytes::<B, _>(Optimizer::<Mlp<B>, B>::to_record(acc.optimizer()), true),
+    );
+    let resumed = || {
+        let fresh = MlpConfig::new(vec![5, 16, 3]).init::<B>(&Default::default());
+        let model = fresh.load_record(load::<B, _>(saved.0.clone(), true));
+        let mut acc = init();
+        let record = load::<B, _>(saved.1.clone(), true);
+        let optim = Optimizer::<Mlp<B>, B>::load_record(acc.optimizer().clone(), record);
+        *acc.optimizer_mut() = optim;
+        (model, acc)
+    };
+    if float_dtype::<B>() == DType::F32 {
+        let (model, mut acc) = resumed();
+        let micro_batches = split(&run.batches[2], &[3, 3, 2]);
+        let error = acc.step(1e-2, model, &micro_batches, loss::<B>).unwrap_err();
+        assert!(matches!(
+            error.error,
+            AccumError::Optimizer(SamError::ResumedDType { .. })
+        ));
+        assert_eq!(error.module.layers[0].weight.val().dtype(), DType::F32);
+    }
+    let (model, mut acc) = resumed();
+    let model = acc.optimizer().resume(model).unwrap_or_else(|e| panic!("{}", e.error));
+    let model = windows(&mut acc, model, &run.batches[2..4]);
+    assert_eq!(model.layers[0].weight.val().dtype(), DType::F16);
+    assert_eq!(tensors(&model), tensors(&expected));
 }

@@ -87,6 +87,9 @@ impl<O> Accumulation<O> {
         O: WindowOptimizer<M, B>,
         F: FnMut(&M, &T) -> Tensor<B, 1>,
     {
+        // Before the first pass, which a resumed model in the wrong float types would fail.
+        let resumed = self.optimizer.step_link().check_resumed(&module);
+        or_hand_back!(resumed.map_err(AccumError::Optimizer), module);
         if micro_batches.len() > self.config.window {
             let error = AccumError::WindowTooLong {
                 micro_batches: micro_batches.len(),

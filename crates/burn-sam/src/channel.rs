@@ -272,6 +272,16 @@ impl StepLink {
         self.channel.label_model(model);
     }
 
+    /// Refuses a step on a resumed model that [`StepLink::resume`] has not put back (the
+    /// optimizer's own steps check it too): for code that runs the step's first pass itself,
+    /// before it runs. No device read.
+    ///
+    /// # Errors
+    /// [`SamError::ResumedDType`], [`SamError::ResumeOnNarrowDefault`].
+    pub fn check_resumed<B: Backend, M: Module<B>>(&self, module: &M) -> Result<(), SamError> {
+        self.channel.check_resumed(module)
+    }
+
     /// The resumed `module` as it was saved: its parameters that were narrower than f32 cast
     /// back to their saved float types (Burn loads them in the device's default type), checked
     /// against the loaded record; unchanged when no record was loaded. See

@@ -16,6 +16,7 @@ use burn::record::{Record, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{get_device_settings, DType, FloatDType, Tensor};
 
+use crate::diagnostics::read_back;
 use crate::error::SamError;
 use crate::float::tracked;
 use crate::hand_back::StepError;
@@ -189,7 +190,7 @@ pub fn fingerprint<B: Backend, M: Module<B>>(module: &M) -> u64 {
     }
     impl<B: Backend> ModuleVisitor<B> for Hash {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let data = param.val().into_data();
+            let data = read_back(param.val());
             self.add(data.num_elements() as u64);
             for value in data.iter::<f64>() {
                 self.add(value.to_bits());

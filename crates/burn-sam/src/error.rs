@@ -125,12 +125,9 @@ impl std::error::Error for LossScaleError {}
 /// let mut optim = SamConfig::new().init(SgdConfig::new().init());
 /// let loss = model.forward(Tensor::<B, 2>::ones([4, 2], &device)).mean();
 /// let grads = GradientsParams::from_grads(loss.backward(), &model);
-///
 /// // A descent without its ascent: refused, and the model comes back as it was.
 /// let refused = optim.descend(0.1, model, grads).unwrap_err();
 /// assert_eq!(refused.error, SamError::DescentWithoutAscent);
-/// let model = refused.module;
-/// # drop(model);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum SamError {
@@ -213,10 +210,9 @@ pub enum SamError {
         fix: String,
     },
     /// A resumed model's parameters are not in the float types they were saved in: Burn loads
-    /// a record's float tensors in the device's default float type, so an f16 model saved at
-    /// full precision comes back f32 on an f32 device ([`LossScaling::resume`] puts it back).
-    ///
-    /// [`LossScaling::resume`]: crate::LossScaling::resume
+    /// a record's floats in the device's default float type, so an f16 model saved at full
+    /// precision comes back f32 on an f32 device
+    /// ([`LossScaling::resume`](crate::LossScaling::resume) puts it back).
     ResumedDType {
         /// How many parameters differ.
         params: usize,
@@ -256,7 +252,6 @@ impl From<ConfigError> for SamError {
     }
 }
 
-// The messages of the phases called out of order.
 const DESCENT_WITHOUT_ASCENT: &str =
     "SAM descent without an ascent: call `ascend` (or the first `step`) on this batch first";
 const ASCENT_PENDING: &str =
@@ -322,18 +317,9 @@ impl fmt::Display for SamError {
                 optimizer,
                 fix,
             } => record_mismatch(f, *epoch, record, optimizer, fix),
-            Self::ResumedDType { params, saved, now } => resumed_dtype(f, *params, *saved, *now),
-            Self::ResumeOnNarrowDefault { default } => write!(
-                f,
-                "cannot resume on a device whose default float type is {default:?}: Burn \
-                 loaded the base optimizer's state of the f32 master weights (Adam's moments, \
-                 SGD's momentum) as {default:?}, rounded, and its next step would fail inside \
-                 the backend. Load the checkpoint on a device with an f32 default float type \
-                 (`Cuda<f32>`, `Vulkan<f32>`, no `set_default_float_dtype`) and call \
-                 `optim.resume(model)`, which casts the model back to {default:?}; train in \
-                 f16 that way from the start (`try_cast_params(model, FloatDType::F16)`)"
-            ),
-            Self::ResumedModelDiffers => f.write_str(RESUMED_MODEL_DIFFERS),
+            Self::ResumedDType { .. }
+            | Self::ResumeOnNarrowDefault { .. }
+            | Self::ResumedModelDiffers => refused_resume(f, self),
             Self::UnsupportedDType { dtype, backend } => write!(
                 f,
                 "the {backend} backend does not compute in {dtype:?} on this device: train \
@@ -401,13 +387,15 @@ fn linked_to_another_optimizer(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     )
 }
 
-/// [`SamError::ResumedDType`]'s message.
-fn resumed_dtype(
-    f: &mut fmt::Formatter<'_>,
-    params: usize,
-    saved: Option<DType>,
-    now: DType,
-) -> fmt::Result {
+/// The messages of a refused resume.
+fn refused_resume(f: &mut fmt::Formatter<'_>, error: &SamError) -> fmt::Result {
+    let (params, saved, now) = match *error {
+        SamError::ResumedDType { params, saved, now } => (params, saved, now),
+        SamError::ResumeOnNarrowDefault { default } => {
+            return write!(f, "{NARROW_DEFAULT}{default:?}{NARROW_DEFAULT_FIX}")
+        }
+        _ => return f.write_str(RESUMED_MODEL_DIFFERS),
+    };
     let (saved, fix) = match saved {
         Some(saved) => (format!("{saved:?}"), RESUME_FIX),
         None => ("narrower than f32".to_string(), OLD_RECORD_FIX),
@@ -420,6 +408,14 @@ fn resumed_dtype(
     )
 }
 
+const NARROW_DEFAULT: &str = "cannot resume on a device whose default float type is narrower \
+     than f32: Burn loaded the base optimizer's state of the f32 master weights (Adam's \
+     moments, SGD's momentum) in it, rounded, and its next step would fail inside the backend. \
+     Load the checkpoint on a device with an f32 default float type (`Cuda<f32>`, \
+     `Vulkan<f32>`, no `set_default_float_dtype`) and call `optim.resume(model)`, which casts \
+     the model back to ";
+const NARROW_DEFAULT_FIX: &str =
+    "; train in f16 that way from the start (`try_cast_params(model, FloatDType::F16)`)";
 const RESUME_FIX: &str = "Call `optim.resume(model)` (the `LossScaling` trait) after loading the \
      model and the optimizer's record: it casts them back (`SamTraining` does it in a `Learner`)";
 const OLD_RECORD_FIX: &str = "The record predates saved float types: cast the model with \

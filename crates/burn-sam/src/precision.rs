@@ -3,26 +3,23 @@
 //! only ever with finite gradients.
 
 use std::collections::HashMap;
-use std::sync::Once;
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::record::Record;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::channel::Call;
 use crate::checkpoint::{dtype_name, narrow, NarrowParamRecord, SavedModel, SavedModelRecord};
-use crate::diagnostics::{closing_sync, launched, sync};
 use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
-use crate::launch::launch_queued;
+use crate::launch::end_step_on_device;
 use crate::norm::{squared_sum, unscaled_norm};
 use crate::param_map::ParamMap;
 use crate::queue_order::by_shape;
-use crate::quirks::operations_queue;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
 
@@ -412,46 +409,4 @@ fn narrow_stepped<B: AutodiffBackend, M: AutodiffModule<B>>(
         queue(&mut cast);
     }
     module.map(&mut Put(cast))
-}
-
-/// Runs what the step queued on the module's devices before the step returns.
-///
-/// A fused backend (Burn's `fusion`: CUDA, Vulkan) queues operations and compiles each run of
-/// them into kernels when something is read ([`operations_queue`]). Left queued, the update
-/// would fuse with the next step's first operations unless a read (saving a record) came in
-/// between, and kernels fused differently can round differently (CUDA contracts a fused
-/// `a * b + c` into one FMA), so a resumed run would differ from the uninterrupted one in the
-/// last bit (seen on CUDA: docs/performance.md, "Backend quirks"). Ending every step here makes
-/// each step's kernels the same whatever came before. Where burn-sam's features name the
-/// fused backend's runtime (`fusion` with `cuda` or `wgpu`), the queue is launched without
-/// waiting for it ([`launch_queued`]): the step's one read is its only wait. Elsewhere it
-/// syncs, a second, short wait for the update's own kernels (Burn's `Backend` trait has no
-/// other way to run what is queued). Backends without a queue have nothing to end.
-fn end_step_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
-    if !closing_sync() {
-        return;
-    }
-    for device in module.devices() {
-        if !operations_queue::<B::InnerBackend>(&device) {
-            continue;
-        }
-        match launch_queued::<B::InnerBackend>(&device) {
-            true => launched(),
-            false => {
-                static HINT: Once = Once::new();
-                HINT.call_once(|| {
-                    log::info!(
-                        "burn-sam: steps on {} end with a device sync; on Burn's fused CUDA \
-                         and wgpu backends, burn-sam's features `fusion` and `cuda` (or \
-                         `wgpu`) end them without a wait",
-                        B::InnerBackend::name(&device)
-                    )
-                });
-                if let Err(error) = sync::<B>(&device) {
-                    // The next read reports a failed device anyway; what was queued is done.
-                    log::warn!("device sync failed: {error:?}");
-                }
-            }
-        }
-    }
 }
