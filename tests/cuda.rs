@@ -12,4 +12,7 @@ backend_suite!(
 );
 
 // f16 parameters cast with `cast_params` on this f32-default device.
-f16_params_suite!(cuda_f16_params, burn::backend::Autodiff<burn::backend::Cuda>);
+f16_params_suite!(
+    cuda_f16_params,
+    burn::backend::Autodiff<burn::backend::Cuda>
+);

@@ -554,19 +554,25 @@ fn an_f16_run_resumed_from_its_checkpoint_equals_the_uninterrupted_run() {
 }
 
 #[test]
-#[should_panic(expected = "two accumulation windows: `SupervisedTraining::grads_accumulation(3)` \
-                           and `SamTraining::with_accumulation(1)`")]
+#[should_panic(
+    expected = "two accumulation windows: `SupervisedTraining::grads_accumulation(3)` \
+                           and `SamTraining::with_accumulation(1)`"
+)]
 fn two_accumulation_windows_are_refused() {
     let optim = SamConfig::new().init(sgd());
     let strategy = SamTraining::new(Default::default(), &optim)
         .with_accumulation(1)
         .unwrap();
-    SupervisedTraining::new(artifacts("two-windows"), train_loader(16, None), valid_loader())
-        .renderer(Quiet)
-        .with_application_logger(None)
-        .grads_accumulation(3)
-        .with_training_strategy(strategy.into_strategy())
-        .launch(Learner::new(model(), optim, 0.05));
+    SupervisedTraining::new(
+        artifacts("two-windows"),
+        train_loader(16, None),
+        valid_loader(),
+    )
+    .renderer(Quiet)
+    .with_application_logger(None)
+    .grads_accumulation(3)
+    .with_training_strategy(strategy.into_strategy())
+    .launch(Learner::new(model(), optim, 0.05));
 }
 
 #[test]
@@ -576,12 +582,16 @@ fn grads_accumulation_zero_is_refused_beside_with_accumulation() {
     let strategy = SamTraining::new(Default::default(), &optim)
         .with_accumulation(1)
         .unwrap();
-    SupervisedTraining::new(artifacts("zero-beside"), train_loader(16, None), valid_loader())
-        .renderer(Quiet)
-        .with_application_logger(None)
-        .grads_accumulation(0)
-        .with_training_strategy(strategy.into_strategy())
-        .launch(Learner::new(model(), optim, 0.05));
+    SupervisedTraining::new(
+        artifacts("zero-beside"),
+        train_loader(16, None),
+        valid_loader(),
+    )
+    .renderer(Quiet)
+    .with_application_logger(None)
+    .grads_accumulation(0)
+    .with_training_strategy(strategy.into_strategy())
+    .launch(Learner::new(model(), optim, 0.05));
 }
 
 /// SGD that records the learning rate of each of its steps.

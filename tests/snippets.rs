@@ -258,10 +258,27 @@ fn weights(model: &Classifier<B>) -> Vec<Vec<f32>> {
 
 #[test]
 fn resume() -> Result {
+    resume_snippet(false)
+}
+
+/// The resume snippet with f16 parameters: the loaded model comes back f32, `resume` puts it
+/// back to f16, and the run continues bitwise.
+#[test]
+fn resume_f16() -> Result {
+    resume_snippet(true)
+}
+
+fn resume_snippet(f16: bool) -> Result {
     let (lr, batches, device) = (0.05, batches(4), Default::default());
-    let dir = std::env::temp_dir().join(format!("burn-sam-snippet-{}-resume", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "burn-sam-snippet-{}-resume-{f16}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir)?;
-    let mut model = model();
+    let mut model = match f16 {
+        true => burn_sam::cast_params(model(), burn::tensor::FloatDType::F16),
+        false => model(),
+    };
     let fresh = model.clone(); // the same architecture: its weights are replaced by the loaded ones
     let _ = weights(&model); // read every parameter before the runs (Burn initialises lazily)
     let uninterrupted = {
@@ -281,7 +298,7 @@ fn resume() -> Result {
     use burn::module::Module;
     use burn::optim::{AdamConfig, Optimizer};
     use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
-    use burn_sam::SamConfig;
+    use burn_sam::{LossScaling, SamConfig};
 
     // Full precision: `CompactRecorder` would store the weights and Adam's moments in f16.
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
@@ -292,15 +309,19 @@ fn resume() -> Result {
             .step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?
             .module;
     }
-    // Save both: the model, and the optimizer's record (Adam's moments, SAM's counters and state).
+    // Save both: the model, and the optimizer's record (Adam's moments, SAM's counters and
+    // state, the model's float types and, labelled with the model, its fingerprint).
+    optim.label_model(&model);
     model.save_file(dir.join("model"), &recorder)?;
     recorder.record(optim.to_record(), dir.join("optim"))?;
 
     // Resume, in this process or a new one: a model of the same architecture, the same config.
-    let mut model = fresh.load_file(dir.join("model"), &recorder, &device)?;
+    let model = fresh.load_file(dir.join("model"), &recorder, &device)?;
     let optim = config.try_init(AdamConfig::new().init())?;
     // A record it cannot continue exactly is refused here, naming the fix (`Sam::check_record`).
     let mut optim = optim.load_record(recorder.load(dir.join("optim"), &device)?);
+    // Burn loads f16 parameters as f32: `resume` casts them back, and checks the fingerprint.
+    let mut model = optim.resume(model)?;
     for batch in after {
         model = optim
             .step_with(lr, model, |m: &Classifier<B>| m.loss(batch))?
@@ -313,6 +334,8 @@ fn resume() -> Result {
         uninterrupted,
         "the resumed run is the uninterrupted one"
     );
+    let dtype = model.mlp.layers[0].weight.val().dtype();
+    assert_eq!(dtype == burn::tensor::DType::F16, f16, "{dtype:?}");
     Ok(())
 }
 

@@ -10,4 +10,7 @@ backend_suite!(
 );
 
 // f16 parameters cast with `cast_params` on this f32-default device.
-f16_params_suite!(vulkan_f16_params, burn::backend::Autodiff<burn::backend::Vulkan>);
+f16_params_suite!(
+    vulkan_f16_params,
+    burn::backend::Autodiff<burn::backend::Vulkan>
+);

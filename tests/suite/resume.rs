@@ -265,7 +265,10 @@ pub fn accumulation_resumes_f16_bitwise<B: AutodiffBackend>() {
     let windows = |acc: &mut Accumulation<Sam<_>>, mut model: Mlp<B>, batches: &[Batch<B>]| {
         for batch in batches {
             let micro_batches = split(batch, &[3, 3, 2]);
-            model = acc.step(1e-2, model, &micro_batches, loss::<B>).unwrap().module;
+            model = acc
+                .step(1e-2, model, &micro_batches, loss::<B>)
+                .unwrap()
+                .module;
         }
         model
     };
@@ -289,7 +292,9 @@ pub fn accumulation_resumes_f16_bitwise<B: AutodiffBackend>() {
     if float_dtype::<B>() == DType::F32 {
         let (model, mut acc) = resumed();
         let micro_batches = split(&run.batches[2], &[3, 3, 2]);
-        let error = acc.step(1e-2, model, &micro_batches, loss::<B>).unwrap_err();
+        let error = acc
+            .step(1e-2, model, &micro_batches, loss::<B>)
+            .unwrap_err();
         assert!(matches!(
             error.error,
             AccumError::Optimizer(SamError::ResumedDType { .. })
@@ -297,7 +302,10 @@ pub fn accumulation_resumes_f16_bitwise<B: AutodiffBackend>() {
         assert_eq!(error.module.layers[0].weight.val().dtype(), DType::F32);
     }
     let (model, mut acc) = resumed();
-    let model = acc.optimizer().resume(model).unwrap_or_else(|e| panic!("{}", e.error));
+    let model = acc
+        .optimizer()
+        .resume(model)
+        .unwrap_or_else(|e| panic!("{}", e.error));
     let model = windows(&mut acc, model, &run.batches[2..4]);
     assert_eq!(model.layers[0].weight.val().dtype(), DType::F16);
     assert_eq!(tensors(&model), tensors(&expected));
