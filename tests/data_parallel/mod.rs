@@ -714,7 +714,14 @@ pub fn resume_equals_uninterrupted<B: AutodiffBackend>(devices: [Device<B>; 2]) 
             .shuffle(11)
             .build(InMemDataset::new(examples()))
     };
-    for ascent in [Ascent::Synced, Ascent::Local] {
+    // f16 replicas too: Burn loads the checkpoint's f16 parameters as f32, and `SamTraining`
+    // puts them back before the replicas copy the model.
+    let f16 = burn_sam::cast_params(model.clone(), burn::tensor::FloatDType::F16);
+    for (ascent, model) in [
+        (Ascent::Synced, &model),
+        (Ascent::Local, &model),
+        (Ascent::Synced, &f16),
+    ] {
         let fresh = || {
             let optim = sam::<B>(0.05);
             let strategy = data_parallel(&devices, &optim, ascent)
@@ -731,6 +738,8 @@ pub fn resume_equals_uninterrupted<B: AutodiffBackend>(devices: [Device<B>; 2]) 
         let (learner, strategy) = fresh();
         let resumed = run(&parts, data(), 3, learner, strategy, Some(1));
         assert_eq!(weights(&resumed), weights(&uninterrupted), "{ascent:?}");
+        let dtype = model.mlp.layers[0].weight.val().dtype();
+        assert_eq!(resumed.mlp.layers[0].weight.val().dtype(), dtype);
         let (expected, actual) = (
             sam_record::<B, SgdOptim<B>>(&whole, 3),
             sam_record::<B, SgdOptim<B>>(&parts, 3),

@@ -27,7 +27,8 @@ pub struct SavedModelRecord {
     /// The parameters narrower than f32, with their float type.
     pub narrow: Vec<NarrowParamRecord>,
     /// [`fingerprint`] of the model's weights, when the record was taken with the model
-    /// ([`Sam::record_with`](crate::Sam::record_with), or by `SamTraining` at a checkpoint).
+    /// ([`LossScaling::label_model`](crate::LossScaling::label_model); `SamTraining` does it at
+    /// each checkpoint).
     pub fingerprint: Option<u64>,
 }
 
@@ -85,9 +86,10 @@ impl SavedModel {
     }
 
     /// Notes whether the base optimizer's loaded record holds float tensors, when the record
-    /// held master weights (`masters`). Burn's records do not say what they hold; one with a
-    /// float tensor serializes to fewer bytes at half precision than at full precision, beyond
-    /// what the recorders' own metadata (their float type's name) makes of an empty record.
+    /// held master weights (`masters`) and the default device's float type is narrow. Burn's
+    /// records do not say what they hold; one with a float tensor serializes to fewer bytes at
+    /// half precision than at full precision, beyond what the recorders' own metadata (their
+    /// float type's name) makes of an empty record.
     pub fn with_base_state<B: Backend, R: Record<B>>(
         self,
         masters: bool,
@@ -105,8 +107,12 @@ impl SavedModel {
             let empty = saved::<B, _>(()) - halved::<B, _>(());
             saved::<B, _>(record()) - halved::<B, _>(record()) != empty
         };
+        // Two serializations of the base optimizer's whole state: only where the default
+        // device, where records load, would have rounded it.
+        let device = Default::default();
+        let narrow_default = narrow(get_device_settings::<B>(&device).float_dtype.into());
         Self {
-            base_state_of_masters: masters && floats(),
+            base_state_of_masters: masters && narrow_default && floats(),
             ..self
         }
     }
