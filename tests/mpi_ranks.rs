@@ -320,7 +320,9 @@ fn bytes_per_exchange(ranks: &Ranks) {
 /// waits for nothing: a read per pass (its gradient norm), and per gradient exchange a read of
 /// each of the replica's T gradient tensors on its way to the host and one per piece of this
 /// rank's summed shard on its way to the others; before the first step rank 0 reads its T
-/// weights for the broadcast. No sync: each rank's one replica runs on the calling thread.
+/// weights for the broadcast, and at the one epoch's checkpoint its T weights again, for the
+/// fingerprint the checkpoint is labelled with. No sync: each rank's one replica runs on the
+/// calling thread.
 fn host_waits_per_step(ranks: &Ranks, waits: usize, steps: usize) {
     struct Sizes(Vec<usize>);
     impl ModuleVisitor<B> for Sizes {
@@ -339,8 +341,8 @@ fn host_waits_per_step(ranks: &Ranks, waits: usize, steps: usize) {
         pieces += usize::from(start.max(first) < (start + size).min(last));
         start += size;
     }
-    let broadcast = if rank == 0 { t } else { 0 };
-    let expected = steps * (2 + 2 * (t + pieces)) + broadcast;
+    let (broadcast, checkpoint) = if rank == 0 { (t, t) } else { (0, 0) };
+    let expected = steps * (2 + 2 * (t + pieces)) + broadcast + checkpoint;
     println!(
         "rank {rank} of {n}: {waits} host waits in {steps} steps, {:.1} per step ({t} tensors, \
          {pieces} pieces in this rank's shard)",

@@ -324,9 +324,11 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Widen<'_> {
             return Param::from_mapped_value(id, tensor, mapper);
         };
         let dtype = tensor.dtype();
-        if narrow(dtype) {
-            self.masters.narrow.insert(id, dtype);
-        }
+        // What the parameter is now is what a resume puts back.
+        match narrow(dtype) {
+            true => self.masters.narrow.insert(id, dtype),
+            false => self.masters.narrow.remove(&id),
+        };
         let mut grad = widen(grad);
         if self.factor != 1.0 {
             grad = grad.mul_scalar(self.factor);
