@@ -1,3 +1,6 @@
+//! [`Accumulation`]: one optimizer step from a window of micro-batches, with the gradient of
+//! their union, around any [`WindowOptimizer`].
+
 use burn::module::AutodiffModule;
 use burn::optim::LearningRate;
 use burn::tensor::backend::AutodiffBackend;

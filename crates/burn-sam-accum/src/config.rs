@@ -1,3 +1,5 @@
+//! [`AccumulationConfig`]: how many micro-batches make one optimizer step.
+
 use burn::config::Config;
 use burn_sam::ConfigError;
 

@@ -1,3 +1,5 @@
+//! [`AccumError`]: what goes wrong when configuring or stepping an accumulation.
+
 use core::fmt;
 
 use burn_sam::{ConfigError, SamError};

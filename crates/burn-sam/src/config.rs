@@ -1,3 +1,6 @@
+//! [`SamConfig`]: SAM's radius, variant, schedule, loss scaling and master weights, checked
+//! before an optimizer is built.
+
 use burn::config::Config;
 
 use crate::error::{ConfigError, SamError};

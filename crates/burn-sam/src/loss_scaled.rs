@@ -1,3 +1,5 @@
+//! [`LossScaled`]: loss scaling and f32 master weights for any Burn optimizer, without SAM.
+
 use burn::config::Config;
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
