@@ -121,10 +121,15 @@ where
 }
 
 /// Momentum-SAM's look-ahead, its ascent without a pass: moves every parameter with a
-/// momentum in `momentum` from `w` to `w - rho * v / (||v|| + 1e-12)` (the norm global, kept
+/// momentum in `momentum` from `w` to `w - rho * v / (||v|| + eps)` (the norm global, kept
 /// on the device: no read), and returns the moved module with every float tensor it had
 /// before (before the first step, without a momentum, nothing moves).
-pub(crate) fn look_ahead_by<M, B>(module: M, momentum: &ParamState<f64>, rho: f64) -> (M, ParamMap)
+pub(crate) fn look_ahead_by<M, B>(
+    module: M,
+    momentum: &ParamState<f64>,
+    rho: f64,
+    eps: f64,
+) -> (M, ParamMap)
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
@@ -150,7 +155,7 @@ where
     let scale = norm
         .sum
         .finish()
-        .map(|squares| Broadcast::new(squares.sqrt().add_scalar(1e-12).recip().mul_scalar(-rho)));
+        .map(|squares| Broadcast::new(squares.sqrt().add_scalar(eps).recip().mul_scalar(-rho)));
     let mut look_ahead = LookAhead {
         momentum,
         scale,
@@ -172,7 +177,7 @@ fn momentum_of<B: Backend, const D: usize>(
 
 struct LookAhead<'a, B: Backend> {
     momentum: &'a ParamState<f64>,
-    /// `-rho / (||v|| + 1e-12)`; `None` without a momentum.
+    /// `-rho / (||v|| + eps)`; `None` without a momentum.
     scale: Option<Broadcast<B>>,
     snapshot: ParamMap,
 }
@@ -279,4 +284,33 @@ impl<B: Backend> ModuleMapper<B> for Restore {
 /// pending into their values, so that they can be read and overwritten.
 pub(crate) fn sync_running_states<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) {
     drop(module.valid());
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::{Linear, LinearConfig};
+
+    use super::*;
+
+    type B = Autodiff<Flex>;
+
+    /// The look-ahead divides by `||v|| + eps` with the configuration's `eps`.
+    #[test]
+    fn the_look_ahead_divides_by_the_norm_plus_eps() {
+        let model: Linear<B> = LinearConfig::new(2, 1)
+            .with_bias(false)
+            .init(&Default::default());
+        let w: Vec<f64> = model.weight.val().into_data().iter::<f64>().collect();
+        // v = (3, 4): ||v|| = 5.
+        let momentum = ParamState::from_values([(model.weight.id, vec![3.0, 4.0])]);
+        let moved = |eps: f64| -> Vec<f64> {
+            let (ahead, _) = look_ahead_by(model.clone(), &momentum, 1.0, eps);
+            let ahead = ahead.weight.val().into_data();
+            ahead.iter::<f64>().zip(&w).map(|(a, w)| w - a).collect()
+        };
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-6);
+        assert!(close(&moved(1e-12), &[0.6, 0.8]), "{:?}", moved(1e-12));
+        assert!(close(&moved(5.0), &[0.3, 0.4]), "{:?}", moved(5.0));
+    }
 }

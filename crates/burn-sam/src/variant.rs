@@ -48,7 +48,8 @@ pub enum SamVariant {
         lambda: f64,
     },
     /// Momentum-SAM (Becker, Altrock, Risse, 2024): **one pass per step**. The gradient of
-    /// step t is taken at `w~ = w - rho * v / (||v|| + 1e-12)`, where `v` is the momentum of
+    /// step t is taken at `w~ = w - rho * v / (||v|| + eps)` (`SamConfig::eps`, 1e-12 by default
+    /// as in the authors' code), where `v` is the momentum of
     /// the gradients (`v <- mu * v + g`, starting at 0, so the first step's gradient is at
     /// `w`); the base optimizer steps `w` with it. With SGD of momentum `mu` (or Adam's
     /// `beta_1` as `mu`), `v` points where the base optimizer's momentum points: the gradient

@@ -21,7 +21,7 @@ use crate::protocol::Passes;
 impl<O> Sam<O> {
     /// First phase: moves `module` from `w` and keeps `w` for [`Sam::descend`]. SAM and its
     /// two-pass variants move to `w + e(w)` using `grads`, the gradient at `w`; Momentum-SAM
-    /// moves to its look-ahead `w~ = w - rho * v / (||v|| + 1e-12)` along its momentum and
+    /// moves to its look-ahead `w~ = w - rho * v / (||v|| + eps)` along its momentum and
     /// takes no pass for it: give it no gradients (`GradientsParams::new()`) and take the
     /// step's one pass at the module it returns ([`Sam::passes`] is
     /// [`Passes::LookAhead`]). `lr` is this step's learning rate, which the radius follows
@@ -92,7 +92,8 @@ impl<O> Sam<O> {
                 return Err(StepError::new(module, SamError::LookAheadGradients));
             }
             let rho = self.family.look_ahead_rho();
-            let (module, snapshot) = look_ahead_by(module, self.family.momentum(), rho);
+            let (module, snapshot) =
+                look_ahead_by(module, self.family.momentum(), rho, self.config.eps);
             self.hold(Pending::without_ascent(snapshot));
             return Ok(Ascended::Moved(module));
         }
