@@ -292,6 +292,7 @@ mod tests {
     use burn::nn::{Linear, LinearConfig};
 
     use super::*;
+    use crate::diagnostics::read_back;
 
     type B = Autodiff<Flex>;
 
@@ -301,12 +302,12 @@ mod tests {
         let model: Linear<B> = LinearConfig::new(2, 1)
             .with_bias(false)
             .init(&Default::default());
-        let w: Vec<f64> = model.weight.val().into_data().iter::<f64>().collect();
+        let w: Vec<f64> = read_back(model.weight.val()).iter::<f64>().collect();
         // v = (3, 4): ||v|| = 5.
         let momentum = ParamState::from_values([(model.weight.id, vec![3.0, 4.0])]);
         let moved = |eps: f64| -> Vec<f64> {
             let (ahead, _) = look_ahead_by(model.clone(), &momentum, 1.0, eps);
-            let ahead = ahead.weight.val().into_data();
+            let ahead = read_back(ahead.weight.val());
             ahead.iter::<f64>().zip(&w).map(|(a, w)| w - a).collect()
         };
         let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-6);
