@@ -7,11 +7,13 @@ use crate::config::SamConfig;
 use crate::error::SamError;
 use crate::family::VariantRecord;
 use crate::precision::MixedPrecisionRecord;
-use crate::variant::SamVariant;
+use crate::variant::{SamVariant, VariantProperties};
 
 /// The format of burn-sam's own part of a record that this build writes and reads: 1 since
-/// records name what they hold ([`SamRecordLabel`]); records without a label are format 0.
-pub const RECORD_FORMAT: u32 = 1;
+/// records name what they hold ([`SamRecordLabel`]), 2 since they name the variant by its
+/// stable key ([`VariantProperties::key`](crate::VariantProperties::key)) rather than its
+/// display name; records without a label are format 0. Every earlier format still loads.
+pub const RECORD_FORMAT: u32 = 2;
 
 /// What a [`SamRecord`](crate::SamRecord) holds: the variant that wrote it, whether loss
 /// scaling and f32 master weights were on, and the record format.
@@ -25,14 +27,16 @@ pub const RECORD_FORMAT: u32 = 1;
 ///
 /// let writer = SamConfig::new().with_variant(SamVariant::friendly_sam());
 /// let label = SamRecordLabel::of(&writer);
-/// assert_eq!((label.variant.as_str(), label.loss_scaling), ("Friendly-SAM", false));
+/// assert_eq!((label.variant.as_str(), label.loss_scaling), ("friendly_sam", false));
 /// // record.1.label = Some(label); then `load_record(record)` as usual.
 /// ```
 #[derive(Record, Clone, Debug, PartialEq)]
 pub struct SamRecordLabel {
     /// burn-sam's record format ([`RECORD_FORMAT`] when this build wrote it).
     pub format: u32,
-    /// The variant that wrote the record ([`SamVariant::name`](crate::SamVariant::name)).
+    /// The variant that wrote the record, by its stable key
+    /// ([`VariantProperties::key`](crate::VariantProperties::key)); by its name
+    /// ([`SamVariant::name`](crate::SamVariant::name)) in records of format 1.
     pub variant: String,
     /// Whether the optimizer scaled its loss (the record then holds the loss scaler).
     pub loss_scaling: bool,
@@ -47,7 +51,7 @@ impl SamRecordLabel {
     pub fn of(config: &SamConfig) -> Self {
         Self {
             format: RECORD_FORMAT,
-            variant: config.variant.name().to_string(),
+            variant: config.variant.properties().key.to_string(),
             loss_scaling: config.loss_scaling.is_some(),
             master_weights: config.master_weights,
             epoch: None,
@@ -77,14 +81,23 @@ struct Holds {
     epoch: Option<u64>,
 }
 
-/// Whether the variant named `variant` keeps state (per-parameter tensors, a cycle) between
-/// steps (a name no variant has: as if it did, so that nothing is dropped silently).
-fn keeps_state(variant: &str) -> bool {
+/// The variant a label names: by its key, or by its name in records of format 1.
+fn named(variant: &str) -> Option<VariantProperties> {
     SamVariant::all()
         .iter()
         .map(SamVariant::properties)
-        .find(|properties| properties.name == variant)
-        .is_none_or(|properties| properties.keeps_state)
+        .find(|properties| properties.key == variant || properties.name == variant)
+}
+
+/// Whether the variant a label names keeps state (per-parameter tensors, a cycle) between
+/// steps (a variant no build knows: as if it did, so that nothing is dropped silently).
+fn keeps_state(variant: &str) -> bool {
+    named(variant).is_none_or(|properties| properties.keeps_state)
+}
+
+/// The name messages show for the variant a label names.
+fn display_name(variant: &str) -> &str {
+    named(variant).map_or(variant, |properties| properties.name)
 }
 
 impl Holds {
@@ -98,7 +111,8 @@ impl Holds {
         if let Some(label) = label {
             return Some(Self {
                 format: label.format,
-                variant: keeps_state(&label.variant).then(|| label.variant.clone()),
+                variant: keeps_state(&label.variant)
+                    .then(|| display_name(&label.variant).to_string()),
                 loss_scaling: label.loss_scaling,
                 master_weights: Some(label.master_weights),
                 epoch: label.epoch,
@@ -153,7 +167,7 @@ impl SamRecordLabel {
         };
         format!(
             "{}, {}, {masters} (reads record formats up to {RECORD_FORMAT})",
-            self.variant,
+            display_name(&self.variant),
             scaling(self.loss_scaling),
         )
     }
@@ -209,15 +223,17 @@ pub(crate) fn check_resume(
                 .to_string(),
         );
     }
+    let own_name = config.variant.name();
+    let same = |label: &SamRecordLabel| named(&label.variant).is_some_and(|p| p.name == own_name);
     let resume = match holds.variant.as_deref() {
-        None if label.is_some_and(|label| label.variant == own.variant) => Resume::Exactly,
+        None if label.is_some_and(same) => Resume::Exactly,
         None => Resume::FreshVariantState,
-        Some(variant) if variant == own.variant => Resume::Exactly,
+        Some(variant) if variant == own_name => Resume::Exactly,
         Some(variant) => {
             fixes.push(format!(
-                "{}'s state cannot continue {variant}'s: resume with the configuration that \
-                 saved it (`SamVariant` {variant}), or start {} from a fresh optimizer",
-                own.variant, own.variant
+                "{own_name}'s state cannot continue {variant}'s: resume with the configuration \
+                 that saved it (`SamVariant` {variant}), or start {own_name} from a fresh \
+                 optimizer"
             ));
             Resume::Exactly
         }
@@ -319,6 +335,38 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("`master_weights`"));
+    }
+
+    /// Records name the variant by its key; format-1 records by its name, which still load.
+    #[test]
+    fn a_label_names_the_variant_by_a_stable_key_and_old_names_still_load() {
+        let fsam = config(SamVariant::friendly_sam());
+        let label = SamRecordLabel::of(&fsam);
+        assert_eq!((label.format, label.variant.as_str()), (2, "friendly_sam"));
+        let format_1 = SamRecordLabel {
+            format: 1,
+            variant: "Friendly-SAM".into(),
+            ..label.clone()
+        };
+        let resume = |config: &SamConfig, label: &SamRecordLabel| {
+            check_resume(config, Some(label), &with_state(0.0), &unscaled())
+        };
+        for label in [&label, &format_1] {
+            assert_eq!(resume(&fsam, label), Ok(Resume::Exactly));
+            let refused = resume(&config(SamVariant::look_sam()), label).unwrap_err();
+            let refused = refused.to_string();
+            assert!(refused.contains("it holds Friendly-SAM state"), "{refused}");
+        }
+        // GSAM keeps no state, by key or by name.
+        let gsam = config(SamVariant::gsam());
+        let by_name = SamRecordLabel {
+            variant: "GSAM".into(),
+            ..SamRecordLabel::of(&gsam)
+        };
+        for label in [SamRecordLabel::of(&gsam), by_name] {
+            assert_eq!(resume(&gsam, &label), Ok(Resume::Exactly));
+            assert_eq!(resume(&fsam, &label), Ok(Resume::FreshVariantState));
+        }
     }
 
     #[test]

@@ -119,6 +119,7 @@ impl SamVariant {
     pub fn properties(&self) -> VariantProperties {
         let base = VariantProperties {
             name: "SAM",
+            key: "sam",
             passes: PassRule::Two,
             keeps_state: false,
             local_ascent: false,
@@ -132,11 +133,13 @@ impl SamVariant {
             },
             Self::Gsam { alpha } => VariantProperties {
                 name: "GSAM",
+                key: "gsam",
                 descent: DescentFrom::LessOrthogonal { alpha },
                 ..base
             },
             Self::LookSam { k, alpha } => VariantProperties {
                 name: "LookSAM",
+                key: "looksam",
                 passes: PassRule::TwoEvery { k },
                 keeps_state: true,
                 descent: DescentFrom::KeptDirection { alpha },
@@ -144,12 +147,14 @@ impl SamVariant {
             },
             Self::FriendlySam { sigma, lambda } => VariantProperties {
                 name: "Friendly-SAM",
+                key: "friendly_sam",
                 keeps_state: true,
                 perturbation: PerturbFrom::GradientLessMomentum { sigma, lambda },
                 ..base
             },
             Self::MomentumSam { mu } => VariantProperties {
                 name: "Momentum-SAM",
+                key: "momentum_sam",
                 passes: PassRule::LookAhead,
                 keeps_state: true,
                 perturbation: PerturbFrom::Momentum,
@@ -213,6 +218,9 @@ impl SamVariant {
 pub struct VariantProperties {
     /// The short name the examples and logs print.
     pub name: &'static str,
+    /// The stable key records name the variant by (`"sam"`, `"gsam"`, `"looksam"`,
+    /// `"friendly_sam"`, `"momentum_sam"`): never reworded, unlike `name`.
+    pub key: &'static str,
     /// Which steps take which passes.
     pub passes: PassRule,
     /// Whether it keeps state across steps, saved in its record: all but SAM and GSAM.
