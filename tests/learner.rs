@@ -553,45 +553,35 @@ fn an_f16_run_resumed_from_its_checkpoint_equals_the_uninterrupted_run() {
     assert_eq!(actual.model.unwrap().narrow.len(), 4);
 }
 
+/// A SAM run with the builder's `grads_accumulation(builder)` and, when given,
+/// `SamTraining::with_accumulation(ours)`.
+fn launch_with_windows(name: &str, builder: usize, ours: Option<usize>) {
+    let optim = SamConfig::new().init(sgd());
+    let mut strategy = SamTraining::new(Default::default(), &optim);
+    if let Some(window) = ours {
+        strategy = strategy.with_accumulation(window).unwrap();
+    }
+    SupervisedTraining::new(artifacts(name), train_loader(16, None), valid_loader())
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .grads_accumulation(builder)
+        .with_training_strategy(strategy.into_strategy())
+        .launch(Learner::new(model(), optim, 0.05));
+}
+
 #[test]
 #[should_panic(
     expected = "two accumulation windows: `SupervisedTraining::grads_accumulation(3)` \
                            and `SamTraining::with_accumulation(1)`"
 )]
 fn two_accumulation_windows_are_refused() {
-    let optim = SamConfig::new().init(sgd());
-    let strategy = SamTraining::new(Default::default(), &optim)
-        .with_accumulation(1)
-        .unwrap();
-    SupervisedTraining::new(
-        artifacts("two-windows"),
-        train_loader(16, None),
-        valid_loader(),
-    )
-    .renderer(Quiet)
-    .with_application_logger(None)
-    .grads_accumulation(3)
-    .with_training_strategy(strategy.into_strategy())
-    .launch(Learner::new(model(), optim, 0.05));
+    launch_with_windows("two-windows", 3, Some(1));
 }
 
 #[test]
 #[should_panic(expected = "invalid AccumulationConfig: `window` = 0")]
 fn grads_accumulation_zero_is_refused_beside_with_accumulation() {
-    let optim = SamConfig::new().init(sgd());
-    let strategy = SamTraining::new(Default::default(), &optim)
-        .with_accumulation(1)
-        .unwrap();
-    SupervisedTraining::new(
-        artifacts("zero-beside"),
-        train_loader(16, None),
-        valid_loader(),
-    )
-    .renderer(Quiet)
-    .with_application_logger(None)
-    .grads_accumulation(0)
-    .with_training_strategy(strategy.into_strategy())
-    .launch(Learner::new(model(), optim, 0.05));
+    launch_with_windows("zero-beside", 0, Some(1));
 }
 
 /// SGD that records the learning rate of each of its steps.
@@ -868,18 +858,7 @@ fn loss_scaling_in_burns_default_strategy_stops_with_the_fix() {
 #[test]
 #[should_panic(expected = "invalid AccumulationConfig: `window` = 0")]
 fn grads_accumulation_zero_is_refused_like_with_accumulation_zero() {
-    let optim = SamConfig::new().init(SgdConfig::new().init());
-    let strategy = SamTraining::strategy(Default::default(), &optim);
-    SupervisedTraining::new(
-        artifacts("accumulation-zero"),
-        train_loader(16, None),
-        valid_loader(),
-    )
-    .renderer(Quiet)
-    .with_application_logger(None)
-    .grads_accumulation(0)
-    .with_training_strategy(strategy)
-    .launch(Learner::new(model(), optim, 0.05));
+    launch_with_windows("accumulation-zero", 0, None);
 }
 
 #[test]
