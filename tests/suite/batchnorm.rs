@@ -117,3 +117,59 @@ pub fn sam_on_perturbs_only_the_normalisation_layers<B: AutodiffBackend>() {
         "||e|| = {moved}, rho = {rho}"
     );
 }
+
+/// An f16 model with BatchNorm, saved at full precision and loaded into a freshly built model:
+/// Burn loads the weights and the running statistics as f32; `resume` puts both back to f16
+/// and the run continues bitwise, statistics included.
+pub fn f16_resume_restores_the_running_statistics<B: AutodiffBackend>() {
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    use burn::tensor::{DType, FloatDType};
+    use burn_sam::{cast_params, LossScalerConfig, LossScaling, SamConfig};
+
+    let device = Default::default();
+    B::seed(&device, 5);
+    let start = cast_params(Net::<B>::new(&device), FloatDType::F16);
+    tensors(&start);
+    let batches: Vec<Tensor<B, 2>> = (0..4)
+        .map(|_| Tensor::random([8, 4], Distribution::Normal(0.0, 1.0), &device))
+        .map(|x: Tensor<B, 2>| Tensor::<B, 2, burn::tensor::Float>::cast(x, FloatDType::F16))
+        .collect();
+    let config = SamConfig::new()
+        .with_rho(0.05)
+        .with_loss_scaling(Some(LossScalerConfig::new().with_init_scale(256.0)));
+    let init = || config.init(SgdConfig::new().init());
+    let run = |optim: &mut burn_sam::Sam<_>, mut model: Net<B>, batches: &[Tensor<B, 2>]| {
+        for x in batches {
+            let step = optim.step_with(0.05, model, |m: &Net<B>| m.loss(x.clone()));
+            model = step.unwrap().module;
+        }
+        model
+    };
+    let expected = run(&mut init(), start.copy(&device), &batches);
+    let mut optim = init();
+    let model = run(&mut optim, start.copy(&device), &batches[..2]);
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let saved = recorder.record(model.into_record(), ()).unwrap();
+    let record = recorder
+        .record(Optimizer::<Net<B>, B>::to_record(&optim), ())
+        .unwrap();
+
+    let fresh = cast_params(Net::<B>::new(&device), FloatDType::F16);
+    let loaded = fresh.load_record(recorder.load(saved, &device).unwrap());
+    assert_eq!(
+        loaded.norm.running_mean.value().dtype(),
+        DType::F32,
+        "as Burn loads it"
+    );
+    let optim =
+        Optimizer::<Net<B>, B>::load_record(init(), recorder.load(record, &device).unwrap());
+    let mut optim = optim;
+    let model = optim
+        .resume(loaded)
+        .unwrap_or_else(|e| panic!("{}", e.error));
+    assert_eq!(model.norm.running_mean.value().dtype(), DType::F16);
+    assert_eq!(model.norm.gamma.val().dtype(), DType::F16);
+    let model = run(&mut optim, model, &batches[2..]);
+    assert_eq!(tensors(&model), tensors(&expected));
+    assert_eq!(model.statistics(), expected.statistics());
+}

@@ -193,6 +193,7 @@ macro_rules! f16_params_suite {
                 adam_resumes_exactly_with_cast_params => mixed_precision::adam_resumes_exactly_with_cast_params::<B>(),
                 resume_f16_checkpoints_continue_bitwise => resume::f16_checkpoints_continue_bitwise::<B>(),
                 resume_accumulation_resumes_f16_bitwise => resume::accumulation_resumes_f16_bitwise::<B>(),
+                resume_f16_batchnorm_statistics_come_back_f16 => batchnorm::f16_resume_restores_the_running_statistics::<B>(),
             ]
         );
     };

@@ -320,14 +320,15 @@ struct Widen<'a> {
 impl<B: AutodiffBackend> ModuleMapper<B> for Widen<'_> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
-            return Param::from_mapped_value(id, tensor, mapper);
-        };
         let dtype = tensor.dtype();
-        // What the parameter is now is what a resume puts back.
+        // What every float tensor is now (BatchNorm's statistics and frozen parameters
+        // included) is what a resume puts back.
         match narrow(dtype) {
             true => self.masters.narrow.insert(id, dtype),
             false => self.masters.narrow.remove(&id),
+        };
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
         };
         let mut grad = widen(grad);
         if self.factor != 1.0 {
