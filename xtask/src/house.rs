@@ -1,6 +1,7 @@
 //! `cargo xtask house`: the house rules of the crates' sources, checked. No source file over
 //! [`MAX_FILE_LINES`] lines, no function over [`MAX_FN_LINES`], every module on a floor of
-//! ARCHITECTURE.md, no import that runs up to a higher floor, and no circle of imports.
+//! ARCHITECTURE.md, no import that runs up to a higher floor, no circle of imports, and no
+//! import from behind a face (a folder whose `mod.rs` is the only way in).
 //!
 //! Sources are read as text: comments, strings and character literals are blanked first,
 //! so that braces and paths are only the code's. Imports are `use` trees and inline
@@ -23,9 +24,32 @@ pub fn check(root: &Path) -> Vec<String> {
     if plans.is_empty() {
         return vec!["ARCHITECTURE.md has no `<!-- floors: DIR -->` table".into()];
     }
+    let faces = faces(&architecture);
     plans
         .iter()
-        .flat_map(|(dir, floors)| check_crate(&root.join(dir), dir, floors))
+        .flat_map(|(dir, floors)| {
+            let faces: Vec<&str> = faces
+                .iter()
+                .filter(|(of, _)| of == dir)
+                .map(|(_, folder)| folder.as_str())
+                .collect();
+            check_crate(&root.join(dir), dir, floors, &faces)
+        })
+        .collect()
+}
+
+/// Each `<!-- face: DIR FOLDER/ -->` marker: the crate's source folder and the folder whose
+/// `mod.rs` is its face.
+fn faces(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line
+                .trim()
+                .strip_prefix("<!-- face: ")?
+                .strip_suffix(" -->")?;
+            let (dir, folder) = rest.split_once(' ')?;
+            Some((dir.to_string(), folder.trim().to_string()))
+        })
         .collect()
 }
 
@@ -76,7 +100,12 @@ struct Modules {
     uses: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
 }
 
-fn check_crate(src: &Path, dir: &str, floors: &BTreeMap<String, u32>) -> Vec<String> {
+fn check_crate(
+    src: &Path,
+    dir: &str,
+    floors: &BTreeMap<String, u32>,
+    faces: &[&str],
+) -> Vec<String> {
     let sources = read_sources(src);
     let modules = Modules {
         files: sources
@@ -153,7 +182,54 @@ fn check_crate(src: &Path, dir: &str, floors: &BTreeMap<String, u32>) -> Vec<Str
             circle.join(" -> ")
         ));
     }
+    for face in faces {
+        broken.extend(behind_face(&sources, &modules, dir, face));
+    }
     broken
+}
+
+/// Imports from outside `folder` that name a file behind its face: anything in the folder
+/// but its `mod.rs` and the modules that `mod.rs` makes `pub`. Paths are read as written, not
+/// through re-exports: `crate::device::GlobalSum` is the face's, `crate::device::reduce::x`
+/// is behind it.
+fn behind_face(sources: &[Source], modules: &Modules, dir: &str, folder: &str) -> Vec<String> {
+    let face = format!("{folder}mod.rs");
+    let public: Vec<String> = sources
+        .iter()
+        .filter(|source| source.path == face)
+        .flat_map(|source| public_modules(&source.code))
+        .map(|name| format!("{folder}{name}"))
+        .collect();
+    let mut broken = Vec::new();
+    for source in sources.iter().filter(|s| !s.path.starts_with(folder)) {
+        for path in imported_paths(without_tests(&source.code)) {
+            // Depth at its limit: the path's own modules, no re-export followed.
+            let Some(target) = modules.resolve(&source.module, &path, 8) else {
+                continue;
+            };
+            let inside = target.starts_with(folder) && target != face;
+            let opened = public.iter().any(|module| {
+                target == format!("{module}.rs") || target == format!("{module}/mod.rs")
+            });
+            if inside && !opened {
+                broken.push(format!(
+                    "{dir}/{}: imports `{}` from behind the face of `{folder}`: import it \
+                     from the folder itself (its `mod.rs`)",
+                    source.path,
+                    path.join("::")
+                ));
+            }
+        }
+    }
+    broken
+}
+
+/// The names of the `pub mod NAME;` declarations in `code`.
+fn public_modules(code: &str) -> Vec<String> {
+    code.lines()
+        .filter_map(|line| line.trim().strip_prefix("pub mod ")?.strip_suffix(';'))
+        .map(|name| name.trim().to_string())
+        .collect()
 }
 
 /// The floor table's entry for the file at `path`: the file itself, or its nearest folder.
@@ -636,6 +712,52 @@ mod tests {
         let edges: BTreeSet<_> = [edge("a", "b"), edge("b", "c"), edge("c", "a")].into();
         assert_eq!(find_circle(&edges).map(|c| c.len()), Some(4));
         assert_eq!(find_circle(&[edge("a", "b")].into()), None);
+    }
+
+    #[test]
+    fn an_import_from_behind_a_face_is_found() {
+        let source = |path: &str, code: &str| Source {
+            path: path.into(),
+            module: module_path(path),
+            code: code.into(),
+            lines: 1,
+        };
+        let sources = vec![
+            source("lib.rs", "mod device;\nmod maths;\npub use device::open;"),
+            source(
+                "device/mod.rs",
+                "mod quirk;\npub mod open;\npub(crate) use quirk::fast;",
+            ),
+            source("device/quirk.rs", "pub fn fast() {}"),
+            source("device/open.rs", "pub fn count() {}"),
+            source(
+                "maths.rs",
+                "use crate::device::fast;\nuse crate::device::open::count;\nuse crate::device::quirk::fast as planted;",
+            ),
+        ];
+        let modules = Modules {
+            files: sources
+                .iter()
+                .map(|s| (s.module.clone(), s.path.clone()))
+                .collect(),
+            uses: sources
+                .iter()
+                .map(|s| {
+                    let names = use_trees(&s.code)
+                        .into_iter()
+                        .map(|(p, n)| (n, p))
+                        .collect();
+                    (s.module.clone(), names)
+                })
+                .collect(),
+        };
+        let broken = behind_face(&sources, &modules, "src", "device/");
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert!(broken[0].starts_with("src/maths.rs: imports `crate::device::quirk::fast`"));
+        assert_eq!(
+            faces("<!-- face: src device/ -->"),
+            [("src".into(), "device/".into())]
+        );
     }
 
     #[test]

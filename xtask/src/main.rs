@@ -196,7 +196,7 @@ fn house() {
         ));
     }
     eprintln!(
-        "house rules hold: no file over {} lines, no fn over {}, no import up a floor, no circle",
+        "house rules hold: no file over {} lines, no fn over {}, no import up a floor, no circle, none from behind a face",
         house::MAX_FILE_LINES,
         house::MAX_FN_LINES
     );

@@ -16,7 +16,7 @@ use burn::record::{Record, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{get_device_settings, DType, FloatDType, Tensor};
 
-use crate::diagnostics::read_back;
+use crate::device::read_back;
 use crate::error::SamError;
 use crate::float::tracked;
 use crate::hand_back::StepError;

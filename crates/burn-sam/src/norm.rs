@@ -5,13 +5,12 @@ use std::collections::HashSet;
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, FloatDType, Tensor};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
 
-use crate::diagnostics::read_back;
+use crate::device::{read_norms, GlobalSum, Scalar};
 use crate::error::SamError;
 use crate::float::widen;
-use crate::global_sum::GlobalSum;
 
 /// The global L2 norm of `grads`, `sqrt(sum_p ||g_p||^2)`, computed in f32 (f64 for f64
 /// gradients) and read back in one device sync: infinite or NaN when any gradient is.
@@ -49,7 +48,10 @@ pub(crate) fn unscaled_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     picked: Option<&HashSet<ParamId>>,
 ) -> Result<f64, SamError> {
     let squares = squared_sum(module, grads, eta, picked)?;
-    Ok(read_norms::<B::InnerBackend>(&[squares], loss_scale)[0])
+    Ok(read_norms(
+        &[squares.map(Scalar::<B::InnerBackend>::device)],
+        loss_scale,
+    )[0])
 }
 
 /// [`unscaled_norm`]'s `sum_p ||a_p * g_p||^2`, still scaled and on the device (`None`
@@ -75,36 +77,6 @@ pub(crate) fn squared_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
         });
     }
     Ok(visitor.sum.finish())
-}
-
-/// `sqrt(squares) / loss_scale` for each of `squares` (0 for `None`), read back together: one
-/// host wait for all of them.
-pub(crate) fn read_norms<B: Backend>(
-    squares: &[Option<Tensor<B, 1>>],
-    loss_scale: f32,
-) -> Vec<f64> {
-    let mut present: Vec<_> = squares.iter().flatten().cloned().collect();
-    let values = match present.len() {
-        0 => Vec::new(),
-        1 => read_back(present.remove(0)).iter::<f64>().collect(),
-        _ => {
-            let dtype = match present.iter().any(|sum| sum.dtype() == DType::F64) {
-                true => FloatDType::F64,
-                false => FloatDType::F32,
-            };
-            let all = present.into_iter().map(|sum| sum.cast(dtype)).collect();
-            read_back(Tensor::cat(all, 0)).iter::<f64>().collect()
-        }
-    };
-    let mut values = values.into_iter();
-    let scale = f64::from(loss_scale);
-    squares
-        .iter()
-        .map(|sum| match sum {
-            Some(_) => values.next().unwrap_or(f64::NAN).sqrt() / scale,
-            None => 0.0,
-        })
-        .collect()
 }
 
 struct SquaredNorm<'a, B: AutodiffBackend> {

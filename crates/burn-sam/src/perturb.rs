@@ -6,60 +6,29 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::Tensor;
 
-use crate::broadcast::Broadcast;
 use crate::config::SamConfig;
+use crate::device::{weighted, GlobalSum, Scalar};
 use crate::float::{tracked, widen};
-use crate::global_sum::GlobalSum;
 use crate::hand_back::StepError;
-use crate::norm::{read_norms, squared_sum};
+use crate::norm::squared_sum;
 use crate::param_map::ParamMap;
-use crate::quirks::reads_are_free;
-use crate::reduce::weighted;
 use crate::state::ParamState;
 
 /// What [`move_along`] did: the moved module, every float tensor it had before, and the
-/// direction's norm.
+/// direction's `||a d||^2`, times the loss scale squared (`None` without gradients).
 pub(crate) struct Moved<M, B: Backend> {
     pub module: M,
     pub snapshot: ParamMap,
-    pub norm: AscentNorm<B>,
+    pub squares: Option<Scalar<B>>,
 }
 
-/// The norm of an ascent's direction, as [`move_along`] left it.
-#[derive(Clone)]
-pub(crate) enum AscentNorm<B: Backend> {
-    /// Unscaled and read back, where a read waits for nothing ([`reads_are_free`]).
-    Read(f64),
-    /// `||a d||^2` times the loss scale squared, still on the device (`None` without
-    /// gradients): the step reads it with its descent's.
-    OnDevice(Option<Tensor<B, 1>>),
-}
-
-impl<B: Backend> AscentNorm<B> {
-    /// The unscaled norm, read back if it is still on the device.
-    pub fn read(self, loss_scale: f32) -> f64 {
-        match self {
-            Self::Read(norm) => norm,
-            Self::OnDevice(squares) => read_norms(&[squares], loss_scale)[0],
-        }
-    }
-}
-
-/// What the perturbation multiplies `a^2 g` by: `rho_t / (loss_scale * (||a g|| + eps))`.
-enum Factor<B: Backend> {
-    /// Read back: 0 when the norm is not finite (nothing moves).
-    Host(f64),
-    /// On the device, with a flag that is true when the norm is not finite.
-    Device(Broadcast<B>, Broadcast<B, Bool>),
-}
-
-/// SAM's move along `direction` (the ascent gradient or a variant's direction, carrying
-/// `loss_scale`): `w + e`, `e = rho_t * a^2 * d / (loss_scale * (||a d|| + eps))` over the
-/// `picked` parameters, decided on the device (no host wait) unless a read is free
-/// ([`reads_are_free`]). A norm that is not finite makes `e` zero (the module stays at `w`);
-/// the step's read finds it.
+/// SAM's move along `direction` (the ascent gradient or a variant's direction, carrying the
+/// loss scale `S`): `w + e`, `e = rho_t * a^2 * d / (S * (||a d|| + eps))` over the `picked`
+/// parameters, with `||a d||` unscaled. Its scalars stay on the device (no host wait) unless
+/// a read waits for nothing ([`Scalar`]). A norm that is not finite makes `e` zero (the
+/// module stays at `w`); the step's read finds it.
 pub(crate) fn move_along<M, B>(
     config: &SamConfig,
     lr: LearningRate,
@@ -74,36 +43,15 @@ where
 {
     let eta = config.asam_eta();
     let squares = squared_sum(&module, &direction, eta, picked.as_ref());
-    let squares = or_hand_back!(squares, module);
+    let squares = or_hand_back!(squares, module).map(Scalar::read_if_free);
     let scale = f64::from(loss_scale);
-    let rho = config.rho_at(lr);
-    let free = squares
-        .as_ref()
-        .is_some_and(|sum| reads_are_free::<B::InnerBackend>(&sum.device()));
-    let (factor, norm) = match squares {
-        Some(sum) if free => {
-            let norm = read_norms(&[Some(sum)], loss_scale)[0];
-            let factor = match norm.is_finite() {
-                true => rho / (scale * (norm + config.eps)),
-                false => 0.0,
-            };
-            (Some(Factor::Host(factor)), AscentNorm::Read(norm))
-        }
-        squares => {
-            let factor = squares.clone().map(|sum| {
-                // False for inf and NaN: one comparison where `is_finite` takes several kernels.
-                let finite = sum.clone().lower_elem(f64::INFINITY);
-                let denominator = sum
-                    .sqrt()
-                    .div_scalar(scale)
-                    .add_scalar(config.eps)
-                    .mul_scalar(scale);
-                let factor = denominator.recip().mul_scalar(rho);
-                Factor::Device(Broadcast::new(factor), Broadcast::new(finite.bool_not()))
-            });
-            (factor, AscentNorm::OnDevice(squares))
-        }
-    };
+    let factor = squares.as_ref().map(|squares| {
+        let norm = squares.clone().sqrt().div(scale);
+        let denominator = norm.add(config.eps).mul(scale);
+        denominator
+            .divides(config.rho_at(lr))
+            .zero_unless_finite(squares)
+    });
     sync_running_states(&module);
     let mut perturb = Perturb {
         grads: direction,
@@ -116,7 +64,7 @@ where
     Ok(Moved {
         module,
         snapshot: perturb.snapshot,
-        norm,
+        squares,
     })
 }
 
@@ -152,10 +100,8 @@ where
     module.visit(&mut norm);
     // Negative: `w + (-s v)` is bitwise `w - s v`, with the new buffer on the left, where
     // backends add in place (NdArray and Flex subtract from a shared `w` more slowly).
-    let scale = norm
-        .sum
-        .finish()
-        .map(|squares| Broadcast::new(squares.sqrt().add_scalar(eps).recip().mul_scalar(-rho)));
+    let scale =
+        (norm.sum.finish()).map(|squares| Scalar::device(squares).sqrt().add(eps).divides(-rho));
     let mut look_ahead = LookAhead {
         momentum,
         scale,
@@ -178,7 +124,7 @@ fn momentum_of<B: Backend, const D: usize>(
 struct LookAhead<'a, B: Backend> {
     momentum: &'a ParamState<f64>,
     /// `-rho / (||v|| + eps)`; `None` without a momentum.
-    scale: Option<Broadcast<B>>,
+    scale: Option<Scalar<B>>,
     snapshot: ParamMap,
 }
 
@@ -190,7 +136,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
         let dtype = weight.dtype();
         let moved = self.scale.as_mut().and_then(|scale| {
             let v = momentum_of(self.momentum, &weight, id)?;
-            Some((v * scale.get() + widen(weight)).cast(dtype))
+            Some((scale.times(v) + widen(weight)).cast(dtype))
         });
         let Some(moved) = moved else {
             return Param::from_mapped_value(id, tensor, mapper);
@@ -201,12 +147,11 @@ impl<B: AutodiffBackend> ModuleMapper<B> for LookAhead<'_, B::InnerBackend> {
 }
 
 /// Moves every parameter with a gradient (that `picked` holds, when given) to
-/// `w + factor * a^2 * g`, or leaves it at `w` when the norm was not finite (the flag beside
-/// `factor`), and keeps every float tensor of the module (perturbed or not) in `snapshot`.
+/// `w + factor * a^2 * g` (`factor` is 0 where the norm was not finite), and keeps every float tensor of the module (perturbed or not) in `snapshot`.
 struct Perturb<B: Backend> {
     grads: GradientsParams,
     eta: Option<f64>,
-    factor: Option<Factor<B>>,
+    factor: Option<Scalar<B>>,
     picked: Option<HashSet<ParamId>>,
     snapshot: ParamMap,
 }
@@ -220,7 +165,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
             .as_ref()
             .is_none_or(|picked| picked.contains(&id));
         let grad = self.grads.remove::<B::InnerBackend, D>(id);
-        let unmoved = matches!(self.factor, None | Some(Factor::Host(0.0)));
+        let unmoved = self.factor.as_ref().is_none_or(Scalar::known_zero);
         let (Some(grad), Some(factor), true) = (grad, &mut self.factor, picked && !unmoved) else {
             return Param::from_mapped_value(id, tensor, mapper);
         };
@@ -229,12 +174,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Perturb<B::InnerBackend> {
         let dtype = weight.dtype();
         // `step` is the only owner of its buffer: backends that can (Flex) compute it in place.
         let step = weighted(weight.clone(), widen(grad), self.eta, 2);
-        let step = match factor {
-            Factor::Host(factor) => step.mul_scalar(*factor),
-            Factor::Device(factor, not_finite) => {
-                (step * factor.get()).mask_fill(not_finite.get(), 0.0)
-            }
-        };
+        let step = factor.times(step);
         let tensor = tracked(
             Tensor::from_inner((step + widen(weight)).cast(dtype)),
             require_grad,
@@ -292,7 +232,7 @@ mod tests {
     use burn::nn::{Linear, LinearConfig};
 
     use super::*;
-    use crate::diagnostics::read_back;
+    use crate::device::read_back;
 
     type B = Autodiff<Flex>;
 

@@ -8,11 +8,13 @@ use burn::optim::{GradientsParams, LearningRate};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor};
 
+use crate::device::{read_norms, Scalar};
+
 use crate::config::SamConfig;
 use crate::filter::perturbed_params;
 use crate::grad_map::{map_grads, GradMap, ParamGrad};
 use crate::hand_back::StepError;
-use crate::perturb::{move_along, AscentNorm};
+use crate::perturb::move_along;
 
 /// A module moved by [`perturb`], and the norm of the gradient it moved along: still on the
 /// device where a read would wait for the queued work (GPU backends), read back on the CPU
@@ -20,7 +22,8 @@ use crate::perturb::{move_along, AscentNorm};
 pub struct Perturbation<M, B: AutodiffBackend> {
     /// The module at `w + e(w)`; at `w` when the gradient was not finite.
     pub module: M,
-    norm: AscentNorm<B::InnerBackend>,
+    /// `||a g||^2` times the loss scale squared.
+    squares: Option<Scalar<B::InnerBackend>>,
     loss_scale: f32,
 }
 
@@ -28,7 +31,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Perturbation<M, B> {
     /// `||a * g||` of the gradient, unscaled (ASAM's `a = |w| + eta`, SAM's `a = 1`): a host
     /// wait when the norm is still on the device.
     pub fn grad_norm(&self) -> f64 {
-        self.norm.clone().read(self.loss_scale)
+        read_norms(std::slice::from_ref(&self.squares), self.loss_scale)[0]
     }
 
     /// False when the gradient was not finite: the module was left at `w`. Reads
@@ -41,7 +44,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Perturbation<M, B> {
     /// is not finite. A strategy can then skip the pass at the moved module, whose gradient
     /// could not be used.
     pub fn known_unperturbed(&self) -> bool {
-        matches!(self.norm, AscentNorm::Read(norm) if !norm.is_finite())
+        self.squares.as_ref().is_some_and(Scalar::known_not_finite)
     }
 
     /// `grads`, taken at the moved module, made not finite when the gradient it moved along
@@ -49,10 +52,9 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Perturbation<M, B> {
     /// without a host wait here: one of them (the first of the module's) is filled with NaN
     /// on the device. Unchanged bit for bit otherwise.
     pub fn carry_fault(&self, grads: GradientsParams) -> GradientsParams {
-        let AscentNorm::OnDevice(Some(squares)) = &self.norm else {
+        let Some(not_finite) = self.squares.as_ref().and_then(Scalar::not_finite_on_device) else {
             return grads;
         };
-        let not_finite = squares.clone().lower_elem(f64::INFINITY).bool_not();
         let mut mark = MarkFirst(Some(not_finite));
         map_grads(&self.module, grads, &mut mark).0
     }
@@ -133,7 +135,7 @@ where
     let moved = move_along(config, lr, module, grads, loss_scale, picked)?;
     Ok(Perturbation {
         module: moved.module,
-        norm: moved.norm,
+        squares: moved.squares,
         loss_scale,
     })
 }

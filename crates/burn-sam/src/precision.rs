@@ -12,14 +12,14 @@ use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::channel::Call;
 use crate::checkpoint::{dtype_name, narrow, NarrowParamRecord, SavedModel, SavedModelRecord};
+use crate::device::by_shape;
+use crate::device::end_step_on_device;
 use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
 use crate::handle::LossScaleHandle;
-use crate::launch::end_step_on_device;
 use crate::norm::{squared_sum, unscaled_norm};
 use crate::param_map::ParamMap;
-use crate::queue_order::by_shape;
 use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
 

@@ -7,7 +7,7 @@ use burn::module::ParamId;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Device, Element, Shape, Tensor, TensorData};
 
-use crate::diagnostics::read_back;
+use crate::device::read_back;
 use crate::param_map::{AnyValue, ParamMap};
 
 /// Each parameter's state: a device tensor in the parameter's shape once a step has used it,

@@ -44,13 +44,13 @@ use crate::hand_back::StepError;
 use crate::sam::{PendingAscent, Sam, StepReport};
 
 pub use crate::channel::StepLink;
+pub use crate::device::transfers_through_host;
 pub use crate::float::widen;
 pub use crate::grad_map::{map_grads, GradMap, ParamGrad};
 pub use crate::or_hand_back;
 pub use crate::perturbation::{perturb, Perturbation};
 pub use crate::precision::guarded_step;
 pub use crate::protocol::{Handover, NextStep, Passes};
-pub use crate::quirks::transfers_through_host;
 
 /// SAM's phases beyond [`Sam::ascend`] and [`Sam::descend`], for code that drives them over
 /// several gradients per step (gradient accumulation's windows, m-sharpness).

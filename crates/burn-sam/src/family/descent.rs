@@ -8,15 +8,14 @@ use burn::tensor::Tensor;
 
 use super::looksam::{run_staged, LookSamOut, LookSamParam, LookSamRule, Staged};
 use super::{state_like, FamilyRules};
-use crate::broadcast::Broadcast;
+use crate::device::{GlobalSum, Scalar};
 use crate::float::widen;
-use crate::global_sum::GlobalSum;
 use crate::grad_map::{GradMap, ParamGrad};
 use crate::param_map::ParamMap;
 use crate::state::ParamState;
 use crate::variant::DescentFrom;
 
-type Scalar<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 1>;
+type Sum<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 1>;
 
 /// `<g, g_p>` and `||g||^2` over the parameters with both gradients, as device scalars, each
 /// a [`GlobalSum`]: on a fused backend a few kernels for all parameters.
@@ -24,7 +23,7 @@ fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
     ascent_grads: &ParamMap,
-) -> Option<(Scalar<B>, Scalar<B>)> {
+) -> Option<(Sum<B>, Sum<B>)> {
     struct Sums<'a, B: AutodiffBackend> {
         grads: &'a GradientsParams,
         ascent_grads: &'a ParamMap,
@@ -56,10 +55,7 @@ fn gsam_sums<B: AutodiffBackend, M: AutodiffModule<B>>(
 
 pub(super) enum DescentRule<'a, B: Backend> {
     /// `g_p - alpha * (g - coefficient * g_p)`.
-    Gsam {
-        alpha: f64,
-        coefficient: Broadcast<B>,
-    },
+    Gsam { alpha: f64, coefficient: Scalar<B> },
     /// LookSAM, staged ([`LookSamRule`]); `kept` holds the directions a one-pass step reuses.
     LookSam {
         rule: LookSamRule,
@@ -99,7 +95,7 @@ impl<'a, B: Backend> DescentRule<'a, B> {
                 let coefficient = rules.gsam_coefficient(sums, loss_scale, grad_norm);
                 DescentRule::Gsam {
                     alpha,
-                    coefficient: Broadcast::new(coefficient),
+                    coefficient: Scalar::device(coefficient),
                 }
             }
             DescentFrom::KeptDirection { alpha } if ascent_grads.is_empty() => {
@@ -198,7 +194,7 @@ impl<B: Backend> GradMap<B> for DescentMap<'_, B> {
         let ascent = self.ascent_grads.get::<Tensor<B, D>>(&id).cloned();
         let grad = match (&mut self.rule, ascent) {
             (DescentRule::Gsam { alpha, coefficient }, Some(ascent)) => {
-                let parallel = grad.clone() * coefficient.get();
+                let parallel = coefficient.times(grad.clone());
                 grad - (ascent - parallel).mul_scalar(*alpha)
             }
             (DescentRule::LookSam { rule, kept }, ascent) => {

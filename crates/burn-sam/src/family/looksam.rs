@@ -12,8 +12,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::broadcast;
-use crate::queue_order::by_shape;
-use crate::reduce::{reduction_view, squared_norm, sum_all};
+use crate::device::{by_shape, reduction_view, squared_norm, sum_all};
 use crate::state::ParamState;
 
 /// What a LookSAM step does with one parameter's gradient.

@@ -4,9 +4,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::{PendingAscent, StepOutcome, StepReport};
-use crate::norm::read_norms;
+use crate::device::{read_norms, Scalar};
 use crate::param_map::{AnyValue, ParamMap};
-use crate::perturb::AscentNorm;
 use crate::state::ParamState;
 
 /// What the ascent leaves for the descent.
@@ -17,10 +16,10 @@ pub(super) struct Pending {
     pub ascent_grads: ParamMap,
     /// The variant's state after this step (Friendly-SAM's momentum), kept if it applies.
     pub variant_state: ParamState<f64>,
-    /// The ascent direction's norm, an `AscentNorm<B::InnerBackend>`: when still on the
-    /// device, read with the descent's, the step's one read. `None` without a gradient ascent
-    /// (a one-pass step, Momentum-SAM's look-ahead).
-    pub ascent_norm: Option<AnyValue>,
+    /// The ascent direction's `||a d||^2` (scaled), an `Option<Scalar<B::InnerBackend>>`:
+    /// when still on the device, read with the descent's, the step's one read. `None` without
+    /// a gradient ascent (a one-pass step, Momentum-SAM's look-ahead).
+    pub ascent_squares: Option<AnyValue>,
 }
 
 impl Pending {
@@ -30,7 +29,7 @@ impl Pending {
             snapshot,
             ascent_grads: ParamMap::default(),
             variant_state: ParamState::default(),
-            ascent_norm: None,
+            ascent_squares: None,
         }
     }
 
@@ -41,18 +40,15 @@ impl Pending {
         descent: Option<Tensor<B, 1>>,
         loss_scale: f32,
     ) -> (PendingAscent, f64) {
-        let ascent = self.ascent_norm.as_ref().map(|norm| {
-            norm.get::<AscentNorm<B>>()
+        let ascent = self.ascent_squares.as_ref().map(|squares| {
+            squares
+                .get::<Option<Scalar<B>>>()
                 .expect("the ascent's norm is on the descent's backend")
         });
-        let on_device = match &ascent {
-            Some(AscentNorm::OnDevice(squares)) => squares.clone(),
-            _ => None,
-        };
-        let norms = read_norms(&[on_device, descent], loss_scale);
+        let on_device = ascent.clone().flatten();
+        let norms = read_norms(&[on_device, descent.map(Scalar::device)], loss_scale);
         let ascent = match ascent {
-            Some(AscentNorm::Read(norm)) => PendingAscent::of(norm),
-            Some(AscentNorm::OnDevice(_)) => PendingAscent::of(norms[0]),
+            Some(_) => PendingAscent::of(norms[0]),
             None => PendingAscent::NONE,
         };
         (ascent, norms[1])

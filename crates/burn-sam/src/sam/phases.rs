@@ -171,7 +171,7 @@ impl<O> Sam<O> {
             snapshot: moved.snapshot,
             ascent_grads: ascent.ascent_grads,
             variant_state: ascent.state,
-            ascent_norm: Some(AnyValue::new(moved.norm)),
+            ascent_squares: Some(AnyValue::new(moved.squares)),
         });
         Ok(moved.module)
     }
@@ -273,7 +273,7 @@ impl<O> Sam<O> {
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent = or_hand_back!(descent, module);
-        let one_pass = pending.ascent_norm.is_none();
+        let one_pass = pending.ascent_squares.is_none();
         let (ascent, read) = pending.read_norms::<B::InnerBackend>(descent, loss_scale);
         let descent_grad_norm = known_norm.unwrap_or(read);
         let grads = match descent_grad_norm.is_finite() && ascent.perturbed {

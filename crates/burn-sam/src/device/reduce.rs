@@ -4,8 +4,8 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use super::quirks::{reductions_fuse, squared_norm_by_matmul};
 use crate::float::widen;
-use crate::quirks::{reductions_fuse, squared_norm_by_matmul};
 
 /// `a * g` with `a = |w| + eta` under ASAM, `a = 1` under SAM; `power` 1 gives `a * g`, 2 gives
 /// `a^2 * g`.

@@ -6,9 +6,9 @@ use std::any::Any;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
+use super::quirks::norm_all_at_once;
+use super::reduce::{reduction_view, squared_norm, sum_all, view_dims, weighted};
 use crate::float::widen;
-use crate::quirks::norm_all_at_once;
-use crate::reduce::{reduction_view, squared_norm, sum_all, view_dims, weighted};
 
 /// `sum_i <x_i, y_i>` over tensors of any shape, squares (`y_i = x_i`) or products, in the
 /// widened float type ([`widen`]), as a device scalar: a reduction per tensor summed, or,

@@ -14,8 +14,8 @@ use std::sync::Once;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 
-use crate::diagnostics::{closing_sync, launched, sync};
-use crate::quirks::operations_queue;
+use super::diagnostics::{closing_sync, launched, sync};
+use super::quirks::operations_queue;
 
 /// Runs what the step queued on the module's devices before the step returns.
 ///
