@@ -9,7 +9,8 @@ use burn::record::{
     NamedMpkFileRecorder, Record, Recorder,
 };
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_sam::{Sam, SamRecord};
+use burn_sam::record::SamRecord;
+use burn_sam::Sam;
 
 type Bytes = BinBytesRecorder<DoublePrecisionSettings>;
 

@@ -31,9 +31,10 @@ use burn::train::{
     ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
     TrainOutput, TrainStep,
 };
+use burn_sam::record::SamRecord;
 use burn_sam::{
-    cast_params, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamRecord, SamSchedule,
-    SamVariant, StepOutcome,
+    cast_params, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamSchedule, SamVariant,
+    StepOutcome,
 };
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;

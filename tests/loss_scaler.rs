@@ -3,7 +3,8 @@
 #![cfg(feature = "flex")]
 
 use burn::backend::Flex;
-use burn_sam::{LossScaler, LossScalerConfig, LossScalerRecord};
+use burn_sam::record::LossScalerRecord;
+use burn_sam::{LossScaler, LossScalerConfig};
 use burn_sam_suite::{load_record, record_bytes};
 use serde::Deserialize;
 

@@ -18,8 +18,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Device, FloatDType, Tensor};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining};
+use burn_sam::record::SamRecord;
 use burn_sam::LossScaling;
-use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamRecord, SamSchedule, SamVariant};
+use burn_sam::{cast_params, LossScalerConfig, Sam, SamConfig, SamSchedule, SamVariant};
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::WindowOptimizer;
 use burn_sam_suite::{

@@ -7,11 +7,12 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
+use burn_sam::record::{MixedPrecisionRecord, SamRecord};
 use burn_sam::strategy::{Passes, Phases, StepLink};
 use burn_sam::LossScaling;
 use burn_sam::{
-    LossScaled, LossScaledConfig, LossScalerConfig, MixedPrecisionRecord, Sam, SamConfig, SamError,
-    SamRecord, SamSchedule, SamVariant, StepOutcome,
+    LossScaled, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamError, SamSchedule,
+    SamVariant, StepOutcome,
 };
 use burn_sam_accum::{
     AccumError, Accumulation, AccumulationConfig, Ascent, MicroBatch, Window, WindowOptimizer,

@@ -8,11 +8,9 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
+use burn_sam::record::{SamRecord, SamRecordLabel, RECORD_FORMAT};
 use burn_sam::LossScaling;
-use burn_sam::{
-    LossScalerConfig, Sam, SamConfig, SamError, SamRecord, SamRecordLabel, SamVariant,
-    RECORD_FORMAT,
-};
+use burn_sam::{LossScalerConfig, Sam, SamConfig, SamError, SamVariant};
 use burn_sam_suite::{record_bytes, Mlp};
 
 use super::util::{mse, problem, tensors, Problem};

@@ -259,7 +259,7 @@ impl StepLink {
     /// Says that the optimizer's next record is the checkpoint of `Learner` epoch `epoch`,
     /// saved beside `model`: a [`Sam`](crate::Sam) writes the epoch into its record's label (a
     /// refused resume names it), and [`Sam`](crate::Sam) and
-    /// [`LossScaled`](crate::LossScaled) the model's [`fingerprint`](crate::fingerprint),
+    /// [`LossScaled`](crate::LossScaled) the model's [`fingerprint`](crate::record::fingerprint),
     /// which [`StepLink::resume`] checks. One read of every weight.
     pub fn label_checkpoint<B: Backend, M: Module<B>>(&self, epoch: usize, model: &M) {
         self.channel.label_model(model);

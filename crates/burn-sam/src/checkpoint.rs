@@ -181,8 +181,8 @@ impl SavedModel {
 /// let model: Linear<Flex> = LinearConfig::new(3, 2).init(&Default::default());
 /// let f16 = burn_sam::cast_params(model.clone(), FloatDType::F16);
 /// let f32 = burn_sam::cast_params(f16.clone(), FloatDType::F32);
-/// assert_eq!(burn_sam::fingerprint(&f16), burn_sam::fingerprint(&f32));
-/// assert_ne!(burn_sam::fingerprint(&model), burn_sam::fingerprint(&f16)); // rounded
+/// assert_eq!(burn_sam::record::fingerprint(&f16), burn_sam::record::fingerprint(&f32));
+/// assert_ne!(burn_sam::record::fingerprint(&model), burn_sam::record::fingerprint(&f16)); // rounded
 /// ```
 pub fn fingerprint<B: Backend, M: Module<B>>(module: &M) -> u64 {
     struct Hash(u64);

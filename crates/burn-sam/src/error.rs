@@ -198,7 +198,7 @@ pub enum SamError {
     LinkedToAnotherOptimizer,
     /// `load_record` got a record this optimizer cannot continue exactly: another variant's
     /// state, other loss scaling or master weights, a newer record format
-    /// ([`SamRecordLabel`](crate::SamRecordLabel)).
+    /// ([`SamRecordLabel`](crate::record::SamRecordLabel)).
     RecordMismatch {
         /// The `Learner` epoch whose checkpoint the record is, when `SamTraining` saved it.
         epoch: Option<u64>,
@@ -229,7 +229,7 @@ pub enum SamError {
         default: DType,
     },
     /// The resumed model is not the model saved beside the optimizer's record: its weights'
-    /// [`fingerprint`](crate::fingerprint) differs (a half-precision recorder rounded them).
+    /// [`fingerprint`](crate::record::fingerprint) differs (a half-precision recorder rounded them).
     ResumedModelDiffers,
     /// The backend cannot compute in the float type parameters were to be cast to.
     UnsupportedDType {

@@ -1,4 +1,4 @@
-//! What a [`SamRecord`](crate::SamRecord) holds, written into it, and which records an optimizer
+//! What a [`SamRecord`](crate::record::SamRecord) holds, written into it, and which records an optimizer
 //! can continue exactly.
 
 use burn::record::Record;
@@ -11,11 +11,11 @@ use crate::variant::{SamVariant, VariantProperties};
 
 /// The format of burn-sam's own part of a record that this build writes and reads: 1 since
 /// records name what they hold ([`SamRecordLabel`]), 2 since they name the variant by its
-/// stable key ([`VariantProperties::key`](crate::VariantProperties::key)) rather than its
+/// stable key ([`VariantProperties::key`](crate::variant::VariantProperties::key)) rather than its
 /// display name; records without a label are format 0. Every earlier format still loads.
 pub const RECORD_FORMAT: u32 = 2;
 
-/// What a [`SamRecord`](crate::SamRecord) holds: the variant that wrote it, whether loss
+/// What a [`SamRecord`](crate::record::SamRecord) holds: the variant that wrote it, whether loss
 /// scaling and f32 master weights were on, and the record format.
 ///
 /// A record written before labels existed has none; to resume one that `load_record` cannot
@@ -23,7 +23,8 @@ pub const RECORD_FORMAT: u32 = 2;
 /// wrote it:
 ///
 /// ```
-/// use burn_sam::{SamConfig, SamRecordLabel, SamVariant};
+/// use burn_sam::record::SamRecordLabel;
+/// use burn_sam::{SamConfig, SamVariant};
 ///
 /// let writer = SamConfig::new().with_variant(SamVariant::friendly_sam());
 /// let label = SamRecordLabel::of(&writer);
@@ -35,7 +36,7 @@ pub struct SamRecordLabel {
     /// burn-sam's record format ([`RECORD_FORMAT`] when this build wrote it).
     pub format: u32,
     /// The variant that wrote the record, by its stable key
-    /// ([`VariantProperties::key`](crate::VariantProperties::key)); by its name
+    /// ([`VariantProperties::key`](crate::variant::VariantProperties::key)); by its name
     /// ([`SamVariant::name`](crate::SamVariant::name)) in records of format 1.
     pub variant: String,
     /// Whether the optimizer scaled its loss (the record then holds the loss scaler).

@@ -59,6 +59,7 @@ mod label;
 mod loss_scaled;
 mod loss_scaling;
 mod merge;
+mod moved;
 mod norm;
 mod param_map;
 mod perturb;
@@ -71,26 +72,39 @@ mod schedule;
 mod seed;
 mod state;
 pub mod strategy;
-mod variant;
+pub mod variant;
 
 pub use cast::{cast_params, try_cast_params};
-pub use checkpoint::{fingerprint, NarrowParamRecord, SavedModelRecord};
 pub use config::SamConfig;
 pub use device::diagnostics;
 pub use error::{ConfigError, LossScaleError, SamError};
-pub use family::{ParamValuesRecord, VariantRecord};
 pub use hand_back::StepError;
 pub use handle::LossScaleHandle;
-pub use label::{SamRecordLabel, RECORD_FORMAT};
 pub use loss_scaled::{LossScaled, LossScaledConfig};
 pub use loss_scaling::LossScaling;
 pub use norm::grad_norm;
-pub use precision::{MasterWeightRecord, MixedPrecisionRecord, ScaledStepReport};
-pub use sam::{PendingAscent, Sam, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
-pub use scaler::{LossScaler, LossScalerConfig, LossScalerRecord};
-pub use schedule::{SamSchedule, ScheduleRecord};
+pub use precision::ScaledStepReport;
+pub use sam::{Sam, SamStats, SamStep, StepOutcome, StepReport};
+pub use scaler::{LossScaler, LossScalerConfig};
+pub use schedule::SamSchedule;
 pub use seed::pass_seed;
-pub use variant::{DescentFrom, PassRule, PerturbFrom, RhoSchedule, SamVariant, VariantProperties};
+pub use variant::{RhoSchedule, SamVariant};
+
+/// What the optimizers save: [`SamRecord`](record::SamRecord), SAM's part of
+/// `Optimizer::Record`, and its parts, with the label that says what wrote it.
+pub mod record {
+    pub use crate::checkpoint::{fingerprint, NarrowParamRecord, SavedModelRecord};
+    pub use crate::family::{ParamValuesRecord, VariantRecord};
+    pub use crate::label::{SamRecordLabel, RECORD_FORMAT};
+    pub use crate::precision::{MasterWeightRecord, MixedPrecisionRecord};
+    pub use crate::sam::SamRecord;
+    pub use crate::scaler::LossScalerRecord;
+    pub use crate::schedule::ScheduleRecord;
+}
+
+// The root paths of 0.1, deprecated, for one release.
+#[allow(deprecated)]
+pub use moved::*;
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

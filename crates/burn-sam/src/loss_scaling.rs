@@ -54,7 +54,7 @@ pub trait LossScaling {
     }
 
     /// Says that this optimizer's next record (`to_record`) is saved beside `model`: the
-    /// record holds the model's [`fingerprint`](crate::fingerprint) (one read of every
+    /// record holds the model's [`fingerprint`](crate::record::fingerprint) (one read of every
     /// weight), which [`LossScaling::resume`] checks. `SamTraining` does it at each checkpoint.
     fn label_model<B: Backend, M: Module<B>>(&self, model: &M) {
         self.step_link().label_model(model);

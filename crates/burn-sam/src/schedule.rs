@@ -78,7 +78,7 @@ pub enum SamSchedule {
 }
 
 /// The running statistics of [`SamSchedule::Adaptive`], saved in
-/// [`SamRecord`](crate::SamRecord).
+/// [`SamRecord`](crate::record::SamRecord).
 #[derive(Record, Clone, Copy, Debug, Default, PartialEq)]
 pub struct ScheduleRecord {
     /// The running mean of the first gradient's squared norm.

@@ -41,7 +41,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::hand_back::StepError;
-use crate::sam::{PendingAscent, Sam, StepReport};
+use crate::sam::{Sam, StepReport};
 
 pub use crate::channel::StepLink;
 pub use crate::device::transfers_through_host;
@@ -51,6 +51,7 @@ pub use crate::or_hand_back;
 pub use crate::perturbation::{perturb, Perturbation};
 pub use crate::precision::guarded_step;
 pub use crate::protocol::{Handover, NextStep, Passes};
+pub use crate::sam::PendingAscent;
 
 /// SAM's phases beyond [`Sam::ascend`] and [`Sam::descend`], for code that drives them over
 /// several gradients per step (gradient accumulation's windows, m-sharpness).

@@ -1,6 +1,7 @@
 //! The line `SamTraining` starts with: what it will run, so that a log says SAM is on.
 
-use burn_sam::{PassRule, SamConfig};
+use burn_sam::variant::PassRule;
+use burn_sam::SamConfig;
 
 /// What a `SamTraining` run does per optimizer step, in one line: the optimizer (SAM's variant,
 /// radius and passes, or none), loss scaling, the accumulation window, replicas and ranks.

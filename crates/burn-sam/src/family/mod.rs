@@ -48,7 +48,7 @@ pub(crate) struct FamilyRules {
     decision: Option<Decision>,
 }
 
-/// The state of a SAM variant, saved in [`SamRecord`](crate::SamRecord).
+/// The state of a SAM variant, saved in [`SamRecord`](crate::record::SamRecord).
 #[derive(Record, Clone, Debug, Default)]
 pub struct VariantRecord {
     /// LookSAM: steps taken in its cycle (a full step at every multiple of `k`).

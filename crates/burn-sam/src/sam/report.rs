@@ -52,12 +52,12 @@ pub struct SamStats {
 /// `load_record` continues only a record it can continue exactly, and panics before changing
 /// anything otherwise, with the message of [`Sam::check_record`](super::Sam::check_record)'s error:
 /// another variant's state, loss scaling or master weights on where they were off (or the reverse),
-/// a record format newer than [`RECORD_FORMAT`](crate::RECORD_FORMAT). One pairing of variants is
+/// a record format newer than [`RECORD_FORMAT`](crate::record::RECORD_FORMAT). One pairing of variants is
 /// allowed: a record of a variant that keeps no state (SAM, GSAM) loads into any variant, whose own
 /// state then starts as at its first step (Momentum-SAM's momentum at zero, LookSAM's cycle with a
 /// full step). A record written before labels existed (`label` `None`) loads where its contents say
 /// what wrote it (no variant state, or Momentum-SAM's radius); one with LookSAM's or Friendly-SAM's
-/// state is refused until it is labelled ([`SamRecordLabel::of`](crate::SamRecordLabel::of)).
+/// state is refused until it is labelled ([`SamRecordLabel::of`](crate::record::SamRecordLabel::of)).
 #[derive(Record, Clone, Debug)]
 pub struct SamRecord {
     /// Counters.
