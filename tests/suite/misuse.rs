@@ -170,7 +170,7 @@ pub fn unlinked_optimizer_step_is_refused<B: AutodiffBackend>() {
     assert_eq!(sam.stats().steps, 1);
     assert_ne!(tensors(&stepped), tensors(&model));
     let mut msam = msam.step_per_pass();
-    assert!(msam.steps_per_pass());
+    assert!(msam.is_step_per_pass());
     let refused = msam.ascend(0.1, model.clone(), batch_grads(&model, batch));
     let refused = refused.expect_err("gradients before the look-ahead");
     assert_eq!(refused.error, SamError::LookAheadGradients);

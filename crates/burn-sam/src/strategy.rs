@@ -37,72 +37,12 @@
 //! is a hand-over left untaken by the call it was made for ([`StepLink::check_taken`]): the
 //! strategy holds a link to another optimizer than the one it steps.
 
-use burn::module::AutodiffModule;
-use burn::tensor::backend::AutodiffBackend;
-
-use crate::hand_back::StepError;
-use crate::sam::{Sam, StepReport};
-
 pub use crate::channel::StepLink;
 pub use crate::device::transfers_through_host;
 pub use crate::float::widen;
 pub use crate::grad_map::{map_grads, GradMap, ParamGrad};
+pub use crate::local_ascent::{perturb, Perturbation};
 pub use crate::or_hand_back;
-pub use crate::perturbation::{perturb, Perturbation};
 pub use crate::precision::guarded_step;
 pub use crate::protocol::{Handover, NextStep, Passes};
-pub use crate::sam::PendingAscent;
-
-/// SAM's phases beyond [`Sam::ascend`] and [`Sam::descend`], for code that drives them over
-/// several gradients per step (gradient accumulation's windows, m-sharpness).
-pub trait Phases {
-    /// The ascent waiting for its descent, if any, with its norm read back from the device:
-    /// a host wait that the step itself does not make (its descent reads the norm).
-    fn pending_ascent<B: AutodiffBackend>(&self) -> Option<PendingAscent>;
-
-    /// Ends the pending step without updating: puts the weights kept by [`Sam::ascend`] back,
-    /// leaves the base optimizer untouched, backs the loss scale off and counts the step as
-    /// `UpdateSkipped` (reading the ascent's norm for its report). For a fault found between
-    /// the passes, such as a micro-batch of an accumulated window that cannot be used.
-    ///
-    /// # Errors
-    /// Without a pending ascent, or with a module that is not the ascent's: `module` handed
-    /// back as given. The loss scale's hard stop: the weights of before the ascent.
-    fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend;
-
-    /// Ends the pending ascent without a step: puts the weights kept by [`Sam::ascend`] back
-    /// and changes nothing else (no counter, no loss-scale update). m-sharpness uses it to
-    /// perturb each micro-batch on its own and step once for all of them.
-    ///
-    /// # Errors
-    /// As [`Phases::skip`]'s first.
-    fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend;
-}
-
-impl<O> Phases for Sam<O> {
-    fn pending_ascent<B: AutodiffBackend>(&self) -> Option<PendingAscent> {
-        self.ascent_pending::<B>()
-    }
-
-    fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-    {
-        self.skip_pending(module)
-    }
-
-    fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-    {
-        self.restore_pending(module)
-    }
-}
+pub use crate::sam::{PendingAscent, Phases};

@@ -23,6 +23,7 @@ use crate::protocol::Passes;
 use crate::scaler::LossScalerConfig;
 
 use pending::Pending;
+pub use phases::Phases;
 pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
@@ -180,6 +181,12 @@ impl<O> Sam<O> {
     }
 
     /// Whether [`Sam::step_per_pass`] opted in to `Optimizer::step` without a strategy.
+    pub fn is_step_per_pass(&self) -> bool {
+        self.step_per_pass
+    }
+
+    /// [`Sam::is_step_per_pass`].
+    #[deprecated(since = "0.2.0", note = "renamed `is_step_per_pass`")]
     pub fn steps_per_pass(&self) -> bool {
         self.step_per_pass
     }
