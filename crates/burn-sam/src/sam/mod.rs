@@ -8,6 +8,7 @@ mod pending;
 mod phases;
 mod report;
 mod step_with;
+mod strategy_phases;
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
@@ -23,8 +24,8 @@ use crate::protocol::Passes;
 use crate::scaler::LossScalerConfig;
 
 use pending::Pending;
-pub use phases::Phases;
 pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
+pub use strategy_phases::Phases;
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
 /// ([`SamVariant`](crate::SamVariant)).

@@ -3,6 +3,25 @@
 //! puts `w` back and steps it; a one-pass step (LookSAM between its full ones) is the descent
 //! alone. Every way through a step ends in [`Sam::step_descent`] and [`Sam::finish`], and
 //! every way out of a pending step in [`Sam::put_back`]: the caller always gets `w` back.
+//!
+//! The algorithm, as davda54/sam's `sam.py` writes it, and where each line is here:
+//!
+//! ```text
+//! first_step:                                    Sam::ascend -> gradient_ascent
+//!   grad_norm = ||g||                            perturb::move_along (norm::squared_sum)
+//!   scale = rho / (grad_norm + 1e-12)            perturb::move_along (`factor`, one formula
+//!                                                  over device::Scalar: 0 if not finite)
+//!   old_p = p.clone(); p += g * scale            perturb::Perturb::map_float (the snapshot
+//!                                                  is every float tensor, kept in Pending)
+//! second_step:                                   Sam::descend -> step_descent
+//!   p = old_p                                    Sam::put_back (perturb::Restore)
+//!   base_optimizer.step()                        precision: step_if_finite (unscaled,
+//!                                                  clipped, through f32 masters; nothing
+//!                                                  written unless the gradient is finite)
+//! ```
+//!
+//! The family changes the direction (`family::FamilyRules::ascent`) and the gradient the base
+//! optimizer gets (`family::FamilyRules::descent`); everything else is shared.
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
@@ -333,7 +352,7 @@ impl<O> Sam<O> {
     }
 
     /// The step's one loss-scale update and counters.
-    fn finish(
+    pub(super) fn finish(
         &mut self,
         ascent: PendingAscent,
         outcome: StepOutcome,
@@ -365,70 +384,5 @@ impl<O> Sam<O> {
         log::debug!("SAM step {}: {report:?}", self.stats.steps);
         self.last_report = Some(report);
         Ok(report)
-    }
-}
-
-/// SAM's phases beyond [`Sam::ascend`] and [`Sam::descend`], for code that drives them over
-/// several gradients per step (gradient accumulation's windows, m-sharpness).
-pub trait Phases {
-    /// The ascent waiting for its descent, if any, with its norm read back from the device:
-    /// a host wait that the step itself does not make (its descent reads the norm).
-    fn pending_ascent<B: AutodiffBackend>(&self) -> Option<PendingAscent>;
-
-    /// Ends the pending step without updating: puts the weights kept by [`Sam::ascend`] back,
-    /// leaves the base optimizer untouched, backs the loss scale off and counts the step as
-    /// `UpdateSkipped` (reading the ascent's norm for its report). For a fault found between
-    /// the passes, such as a micro-batch of an accumulated window that cannot be used.
-    ///
-    /// # Errors
-    /// Without a pending ascent, or with a module that is not the ascent's: `module` handed
-    /// back as given. The loss scale's hard stop: the weights of before the ascent.
-    fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend;
-
-    /// Ends the pending ascent without a step: puts the weights kept by [`Sam::ascend`] back
-    /// and changes nothing else (no counter, no loss-scale update). m-sharpness uses it to
-    /// perturb each micro-batch on its own and step once for all of them.
-    ///
-    /// # Errors
-    /// As [`Phases::skip`]'s first.
-    fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend;
-}
-
-impl<O> Phases for Sam<O> {
-    fn pending_ascent<B: AutodiffBackend>(&self) -> Option<PendingAscent> {
-        let pending = self.pending.as_ref()?;
-        let loss_scale = self.precision.loss_scale();
-        Some(pending.read_norms::<B::InnerBackend>(None, loss_scale).0)
-    }
-
-    fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-    {
-        or_hand_back!(self.check_pending(&module), module);
-        let loss_scale = self.precision.loss_scale();
-        let (module, pending) = self.put_back(module);
-        let (ascent, _) = pending.read_norms::<B::InnerBackend>(None, loss_scale);
-        let report = or_hand_back!(
-            self.finish(ascent, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
-            module
-        );
-        Ok((module, report))
-    }
-
-    fn restore<M, B>(&mut self, module: M) -> Result<M, StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-    {
-        or_hand_back!(self.check_pending(&module), module);
-        Ok(self.put_back(module).0)
     }
 }
