@@ -84,14 +84,13 @@ impl Channel {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn publish_passes(&self, passes: Passes, pass_seed: Option<(u64, u64)>) {
+    /// The optimizer's one message: the passes its next step takes and their seed, and
+    /// whether an ascent waits for its descent.
+    pub fn publish(&self, passes: Passes, pass_seed: Option<(u64, u64)>, awaiting: bool) {
         let mut messages = self.messages();
         messages.passes = passes;
         messages.pass_seed = pass_seed;
-    }
-
-    pub fn publish_awaiting(&self, awaiting: bool) {
-        self.messages().awaiting_descent = awaiting;
+        messages.awaiting_descent = awaiting;
     }
 
     /// What was said of the record being taken, once: a later record is another checkpoint.

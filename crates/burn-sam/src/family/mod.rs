@@ -25,7 +25,7 @@ use crate::error::SamError;
 use crate::grad_map::map_grads;
 use crate::param_map::ParamMap;
 use crate::protocol::Passes;
-use crate::schedule::{Decision, SamSchedule, ScheduleRecord};
+use crate::schedule::{SamSchedule, ScheduleRecord};
 use crate::state::ParamState;
 use crate::variant::{PassRule, PerturbFrom, SamVariant, VariantProperties};
 
@@ -43,9 +43,45 @@ pub(crate) struct FamilyRules {
     schedule: Option<SamSchedule>,
     /// SAM's step count (`SamStats::steps`), which the schedule reads.
     steps: u64,
-    /// An adaptive schedule's statistics, and its decision for the step under way.
+    /// An adaptive schedule's statistics, and those that include the step under way's
+    /// gradient once it decided (kept when the step is counted).
     statistics: ScheduleRecord,
-    decision: Option<Decision>,
+    decided: Option<ScheduleRecord>,
+    plan: Plan,
+}
+
+/// What the next step does, decided once: when the step before it ended or a record was
+/// loaded, from the variant's pass rule, LookSAM's cycle, the schedule and SAM's step count.
+/// An adaptive schedule's decision turns [`Plan::Decide`] into `Ascent` or `Base` within the
+/// step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// SAM's ascent from the gradient at `w`, then the descent from the gradient at `w + e`.
+    Ascent,
+    /// AE-SAM: the norm of the step's first gradient makes it `Ascent` or `Base`.
+    Decide,
+    /// Momentum-SAM: the look-ahead without a pass, then the descent from the gradient at `w~`.
+    LookAhead,
+    /// No ascent: LookSAM between its full steps, the descent with its kept direction.
+    Reuse,
+    /// No ascent: a schedule's base step, the base optimizer alone with the gradient at `w`.
+    Base,
+}
+
+impl Plan {
+    /// The passes a step of this plan takes.
+    pub fn passes(self) -> Passes {
+        match self {
+            Self::Ascent | Self::Decide => Passes::Two,
+            Self::LookAhead => Passes::LookAhead,
+            Self::Reuse | Self::Base => Passes::One,
+        }
+    }
+
+    /// Whether the step starts with an ascent.
+    pub fn ascends(self) -> bool {
+        !matches!(self, Self::Reuse | Self::Base)
+    }
 }
 
 /// The state of a SAM variant, saved in [`SamRecord`](crate::record::SamRecord).
@@ -80,7 +116,7 @@ pub(crate) struct AscentGradients {
 
 impl FamilyRules {
     pub fn new(variant: SamVariant, eps: f64, schedule: Option<SamSchedule>) -> Self {
-        Self {
+        let mut rules = Self {
             properties: variant.properties(),
             eps,
             cycle: 0,
@@ -89,57 +125,47 @@ impl FamilyRules {
             schedule,
             steps: 0,
             statistics: ScheduleRecord::default(),
-            decision: None,
-        }
-    }
-
-    /// Whether the next step is the variant's, not a schedule's base step; an adaptive
-    /// schedule's step is the variant's until its first gradient decides otherwise.
-    pub fn sam_step(&self) -> bool {
-        let Some(schedule) = &self.schedule else {
-            return true;
+            decided: None,
+            plan: Plan::Ascent,
         };
-        let decided = self.decision.map(|decision| decision.sam);
-        schedule.sam_step(self.steps).or(decided).unwrap_or(true)
+        rules.replan();
+        rules
     }
 
-    /// Whether the schedule decides from the step's first gradient (AE-SAM).
-    pub fn decides_from_gradient(&self) -> bool {
-        matches!(self.schedule, Some(SamSchedule::Adaptive { .. }))
+    /// What the step under way (or the next one) does.
+    pub fn plan(&self) -> Plan {
+        self.plan
     }
 
-    /// The adaptive schedule's decision from the squared norm of the step's first gradient,
-    /// held for the step (and kept with its statistics once it is counted); returns whether
-    /// it is a SAM step.
-    pub fn decide(&mut self, squared_norm: f64) -> bool {
-        let schedule = self.schedule.as_ref().expect("an adaptive schedule");
-        let decision = schedule.decide(self.steps, squared_norm, self.statistics);
-        self.decision = Some(decision);
-        decision.sam
-    }
-
-    /// Forgets a decision whose step was refused.
-    pub fn undecide(&mut self) {
-        self.decision = None;
-    }
-
-    /// False on LookSAM's steps between full ones and on a schedule's base steps: they take
-    /// one pass and no ascent.
-    pub fn needs_ascent(&self) -> bool {
-        let variant = match self.properties.passes {
+    /// Plans the next step afresh, forgetting a decision a refused step made.
+    pub fn replan(&mut self) {
+        self.decided = None;
+        let cycle_full = match self.properties.passes {
             PassRule::TwoEvery { k } => self.cycle.is_multiple_of(k as u64),
             PassRule::Two | PassRule::LookAhead => true,
         };
-        variant && self.sam_step()
+        let scheduled = self.schedule.as_ref().map(|s| s.sam_step(self.steps));
+        self.plan = match (self.properties.passes, scheduled) {
+            (PassRule::LookAhead, _) => Plan::LookAhead,
+            (_, Some(Some(false))) => Plan::Base,
+            _ if !cycle_full => Plan::Reuse,
+            (_, Some(None)) => Plan::Decide,
+            _ => Plan::Ascent,
+        };
     }
 
-    /// The passes the next step takes.
-    pub fn passes(&self) -> Passes {
-        match self.properties.passes {
-            PassRule::LookAhead => Passes::LookAhead,
-            _ if self.needs_ascent() => Passes::Two,
-            _ => Passes::One,
-        }
+    /// The adaptive schedule's decision from the squared norm of the step's first gradient:
+    /// the plan becomes `Ascent` or `Base`, and the statistics that include this gradient are
+    /// kept once the step is counted.
+    pub fn decide(&mut self, squared_norm: f64) -> Plan {
+        let schedule = self.schedule.as_ref().expect("an adaptive schedule");
+        let decision = schedule.decide(self.steps, squared_norm, self.statistics);
+        self.decided = Some(decision.statistics);
+        self.plan = match decision.sam {
+            true => Plan::Ascent,
+            false => Plan::Base,
+        };
+        self.plan
     }
 
     /// Momentum-SAM's momentum `v` (unscaled), per parameter; empty before its first step.
@@ -219,7 +245,7 @@ impl FamilyRules {
         B: AutodiffBackend,
         M: AutodiffModule<B>,
     {
-        if !self.sam_step() {
+        if self.plan == Plan::Base {
             return grads;
         }
         let Some(rule) = DescentRule::of(self, module, &grads, ascent_grads, loss_scale, grad_norm)
@@ -243,14 +269,16 @@ impl FamilyRules {
             self.cycle += 1;
         }
         self.steps += 1;
-        if let Some(decision) = self.decision.take() {
-            self.statistics = decision.statistics;
+        if let Some(statistics) = self.decided.take() {
+            self.statistics = statistics;
         }
+        self.replan();
     }
 
     /// The adaptive schedule's statistics, for the record (`None` without one).
     pub fn schedule_record(&self) -> Option<ScheduleRecord> {
-        self.decides_from_gradient().then_some(self.statistics)
+        let adaptive = matches!(self.schedule, Some(SamSchedule::Adaptive { .. }));
+        adaptive.then_some(self.statistics)
     }
 
     pub fn to_record<B: AutodiffBackend>(&self) -> VariantRecord {
@@ -277,13 +305,13 @@ impl FamilyRules {
     ) {
         self.steps = steps;
         self.statistics = statistics.unwrap_or_default();
-        self.decision = None;
         self.cycle = record.cycle;
         self.rho = record.rho;
         let values = record.tensors.into_iter();
         self.state = ParamState::from_values(
             values.map(|tensor| (ParamId::deserialize(&tensor.id), tensor.values)),
         );
+        self.replan();
     }
 }
 
@@ -310,12 +338,12 @@ mod tests {
         let mut rules = FamilyRules::new(SamVariant::LookSam { k: 3, alpha: 0.7 }, 1e-12, None);
         let mut passes = Vec::new();
         for did_its_part in [true, true, true, false, true, true] {
-            passes.push(rules.needs_ascent());
+            passes.push(rules.plan().ascends());
             rules.advance(did_its_part);
         }
         // The fourth step (a full one) did not do its part: it is retried.
         assert_eq!(passes, [true, false, false, true, true, false]);
         let sam = FamilyRules::new(SamVariant::Sam, 1e-12, None);
-        assert!(sam.needs_ascent());
+        assert_eq!(sam.plan(), Plan::Ascent);
     }
 }

@@ -16,7 +16,7 @@ use burn::tensor::backend::AutodiffBackend;
 use crate::channel::{Channel, StepLink};
 use crate::config::SamConfig;
 use crate::error::{ConfigError, SamError};
-use crate::family::FamilyRules;
+use crate::family::{FamilyRules, Plan};
 use crate::label::{check_resume, Resume};
 use crate::loss_scaling::LossScaling;
 use crate::precision::MixedPrecision;
@@ -109,7 +109,7 @@ impl<O> Sam<O> {
             step_per_pass: false,
             last_report: None,
         };
-        sam.publish_passes();
+        sam.publish();
         sam
     }
 
@@ -196,7 +196,7 @@ impl<O> Sam<O> {
     /// full ones and on a schedule's base steps, which take one pass, straight to
     /// [`Sam::descend`], and while an ascent waits for its descent.
     pub fn needs_ascent(&self) -> bool {
-        self.pending.is_none() && self.family.needs_ascent()
+        self.pending.is_none() && self.family.plan().ascends()
     }
 
     /// The passes the next step takes: [`Passes::Two`] (ascend from the gradient at `w`,
@@ -206,7 +206,7 @@ impl<O> Sam<O> {
     /// returned). Under an adaptive schedule a [`Passes::Two`] step's ascent may take a base
     /// step itself: [`Sam::awaits_descent`] says whether the second pass is run.
     pub fn passes(&self) -> Passes {
-        self.family.passes()
+        self.family.plan().passes()
     }
 
     /// Whether an ascent waits for its descent: after [`Sam::ascend`], unless an adaptive
@@ -255,16 +255,19 @@ impl<O> Sam<O> {
         module
     }
 
-    /// Tells strategies how many passes the next step takes, and their seed.
-    fn publish_passes(&self) {
+    /// Tells strategies what the step's state says: the passes of the step under way (or the
+    /// next), their seed, and whether an ascent waits for its descent.
+    fn publish(&self) {
         let pass_seed = self.config.pass_seed.map(|seed| (seed, self.stats.steps));
-        self.channel.publish_passes(self.family.passes(), pass_seed);
+        let passes = self.family.plan().passes();
+        self.channel
+            .publish(passes, pass_seed, self.pending.is_some());
     }
 
     fn unlinked_step(&self) -> SamError {
         SamError::UnlinkedStep {
             variant: self.config.variant.name(),
-            look_ahead: self.family.passes() == Passes::LookAhead,
+            look_ahead: self.family.plan() == Plan::LookAhead,
         }
     }
 }

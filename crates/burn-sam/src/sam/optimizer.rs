@@ -5,7 +5,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::pending::{Ascended, Descent};
+use super::pending::Ascended;
 use super::{Sam, SamRecord};
 use crate::channel::Call;
 use crate::error::SamError;
@@ -73,7 +73,7 @@ impl<O> Sam<O> {
                 return ascended.map(Ascended::into_module);
             }
             Phase::Descent => self.descent(lr, module, grads, call),
-            Phase::LocalDescent => self.step_descent(lr, module, grads, Descent::Local, call, None),
+            Phase::LocalDescent => self.step_descent(lr, module, grads, call, None),
         };
         stepped.map(|(module, _)| module)
     }
@@ -154,9 +154,8 @@ where
         };
         self.family
             .load_record(variant, own.stats.steps, own.schedule);
-        self.publish_passes();
         self.pending = None;
-        self.channel.publish_awaiting(false);
+        self.publish();
         self
     }
 }

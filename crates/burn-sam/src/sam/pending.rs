@@ -3,7 +3,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::{PendingAscent, StepOutcome, StepReport};
+use super::{PendingAscent, StepReport};
 use crate::device::{read_norms, Scalar};
 use crate::param_map::{AnyValue, ParamMap};
 use crate::state::ParamState;
@@ -66,37 +66,6 @@ impl<M> Ascended<M> {
     pub fn into_module(self) -> M {
         match self {
             Self::Moved(module) | Self::Stepped(module, _) => module,
-        }
-    }
-}
-
-/// Which descent a step ends with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Descent {
-    /// After [`Sam::ascend`](super::Sam::ascend) (either kind): the weights go back to the
-    /// snapshot.
-    AfterAscent,
-    /// LookSAM's one-pass step.
-    SinglePass,
-    /// A schedule's base step: the base optimizer with the gradient at `w`.
-    Base,
-    /// After the replicas' own ascents
-    /// ([`Handover::LocalDescent`](crate::strategy::Handover::LocalDescent)).
-    Local,
-}
-
-impl Descent {
-    /// What a step that ended with this descent did: whether the base optimizer `applied`
-    /// its update, whether the step took `one_pass` (no gradient ascent), and whether the
-    /// ascent `perturbed` the weights.
-    pub fn outcome(self, applied: bool, one_pass: bool, perturbed: bool) -> StepOutcome {
-        match (applied, self, perturbed) {
-            (false, ..) => StepOutcome::UpdateSkipped,
-            (true, Descent::SinglePass, _) => StepOutcome::SinglePass,
-            (true, Descent::Base, _) => StepOutcome::BaseStep,
-            (true, Descent::AfterAscent, _) if one_pass => StepOutcome::SinglePass,
-            (true, Descent::AfterAscent, false) => StepOutcome::AscentSkipped,
-            (true, ..) => StepOutcome::Applied,
         }
     }
 }

@@ -27,15 +27,15 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::pending::{Ascended, Descent, Pending};
+use super::pending::{Ascended, Pending};
 use super::{PendingAscent, Sam, StepOutcome, StepReport};
 use crate::channel::Call;
 use crate::error::SamError;
+use crate::family::Plan;
 use crate::filter::perturbed_params;
 use crate::hand_back::StepError;
 use crate::param_map::{AnyValue, ParamMap};
 use crate::perturb::{look_ahead_by, move_along, snapshot_covers, sync_running_states, Restore};
-use crate::protocol::Passes;
 
 impl<O> Sam<O> {
     /// First phase: moves `module` from `w` and keeps `w` for [`Sam::descend`]. SAM and its
@@ -103,10 +103,11 @@ impl<O> Sam<O> {
             return Err(StepError::new(module, SamError::AscentPending));
         }
         or_hand_back!(self.channel.check_resumed(&module), module);
-        if !self.family.needs_ascent() {
+        let plan = self.family.plan();
+        if !plan.ascends() {
             return Err(StepError::new(module, SamError::SinglePassStep));
         }
-        if self.family.passes() == Passes::LookAhead {
+        if plan == Plan::LookAhead {
             if !grads.is_empty() {
                 return Err(StepError::new(module, SamError::LookAheadGradients));
             }
@@ -116,14 +117,14 @@ impl<O> Sam<O> {
             self.hold(Pending::without_ascent(snapshot));
             return Ok(Ascended::Moved(module));
         }
-        let taken = match self.family.decides_from_gradient() {
-            true => self.decided_ascent(lr, module, grads, call),
-            false => self
+        let taken = match plan {
+            Plan::Decide => self.decided_ascent(lr, module, grads, call),
+            _ => self
                 .gradient_ascent(lr, module, grads, call)
                 .map(Ascended::Moved),
         };
         if taken.is_err() {
-            self.family.undecide();
+            self.family.replan();
         }
         taken
     }
@@ -146,11 +147,11 @@ impl<O> Sam<O> {
         or_hand_back!(self.precision.check_scaled(call), module);
         let norm = or_hand_back!(self.precision.grad_norm(&module, &grads), module);
         match self.family.decide(norm * norm) {
-            true => self
+            Plan::Ascent => self
                 .gradient_ascent(lr, module, grads, Call::Checked)
                 .map(Ascended::Moved),
-            false => self
-                .step_descent(lr, module, grads, Descent::Base, Call::Checked, Some(norm))
+            _ => self
+                .step_descent(lr, module, grads, Call::Checked, Some(norm))
                 .map(|(module, report)| Ascended::Stepped(module, report)),
         }
     }
@@ -198,7 +199,7 @@ impl<O> Sam<O> {
     /// Keeps what the ascent left for the descent, and tells strategies a descent is awaited.
     fn hold(&mut self, pending: Pending) {
         self.pending = Some(pending);
-        self.channel.publish_awaiting(true);
+        self.publish();
     }
 
     /// Second phase: puts the weights kept by [`Sam::ascend`] back and steps them with the
@@ -247,15 +248,11 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let descent = match (self.pending.is_some(), self.family.sam_step()) {
-            (true, _) => Descent::AfterAscent,
-            (false, true) => Descent::SinglePass,
-            (false, false) => Descent::Base,
-        };
-        if descent == Descent::AfterAscent || self.family.needs_ascent() {
+        // A step planned with an ascent needs it first; a one-pass step is the descent alone.
+        if self.pending.is_some() || self.family.plan().ascends() {
             or_hand_back!(self.check_pending(&module), module);
         }
-        self.step_descent(lr, module, grads, descent, call, None)
+        self.step_descent(lr, module, grads, call, None)
     }
 
     /// The descent's step, once the pending ascent (if any) is known to match `module`;
@@ -265,7 +262,6 @@ impl<O> Sam<O> {
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        kind: Descent,
         call: Call,
         known_norm: Option<f64>,
     ) -> Result<(M, StepReport), StepError<M>>
@@ -284,15 +280,12 @@ impl<O> Sam<O> {
                 Some(_) => Ok(None),
                 None => self.precision.grad_squares(&module, &grads),
             });
-        let (module, mut pending) = match kind {
-            Descent::AfterAscent => self.put_back(module),
-            Descent::SinglePass | Descent::Base | Descent::Local => {
-                (module, Pending::without_ascent(ParamMap::default()))
-            }
+        let (module, mut pending) = match self.pending.is_some() {
+            true => self.put_back(module),
+            false => (module, Pending::without_ascent(ParamMap::default())),
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent = or_hand_back!(descent, module);
-        let one_pass = pending.ascent_squares.is_none();
         let (ascent, read) = pending.read_norms::<B::InnerBackend>(descent, loss_scale);
         let descent_grad_norm = known_norm.unwrap_or(read);
         let grads = match descent_grad_norm.is_finite() && ascent.perturbed {
@@ -312,7 +305,7 @@ impl<O> Sam<O> {
             let state = core::mem::take(&mut pending.variant_state);
             self.family.commit(state, self.config.rho_at(lr));
         }
-        let outcome = kind.outcome(applied, one_pass, ascent.perturbed);
+        let outcome = StepOutcome::of(self.family.plan(), applied, ascent.perturbed);
         let report = or_hand_back!(
             self.finish(ascent, outcome, descent_grad_norm, loss_scale),
             module
@@ -341,7 +334,7 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
     {
         let mut pending = self.pending.take().expect("checked by check_pending");
-        self.channel.publish_awaiting(false);
+        self.publish();
         // A loss scaled within the step that ends here must not vouch for the next phase.
         self.precision.handle().take_loss_scaled();
         sync_running_states(&module);
@@ -372,7 +365,7 @@ impl<O> Sam<O> {
             outcome,
             StepOutcome::Applied | StepOutcome::SinglePass
         ));
-        self.publish_passes();
+        self.publish();
         let skipped = outcome == StepOutcome::UpdateSkipped;
         self.precision.update(skipped || !ascent.perturbed)?;
         let report = StepReport {

@@ -4,7 +4,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
-use crate::family::VariantRecord;
+use crate::family::{Plan, VariantRecord};
 use crate::label::SamRecordLabel;
 use crate::precision::MixedPrecisionRecord;
 use crate::schedule::ScheduleRecord;
@@ -89,6 +89,20 @@ pub enum StepOutcome {
     /// A [`SamSchedule`](crate::SamSchedule)'s base step: one pass, the base optimizer
     /// stepped with the gradient at the weights, as without SAM.
     BaseStep,
+}
+
+impl StepOutcome {
+    /// What a step of `plan` did, once its descent `applied` the update or not, with an ascent
+    /// that `perturbed` the weights or found its gradient not finite.
+    pub(crate) fn of(plan: Plan, applied: bool, perturbed: bool) -> Self {
+        match (applied, plan) {
+            (false, _) => Self::UpdateSkipped,
+            (true, Plan::Reuse | Plan::LookAhead) => Self::SinglePass,
+            (true, Plan::Base) => Self::BaseStep,
+            (true, _) if !perturbed => Self::AscentSkipped,
+            (true, _) => Self::Applied,
+        }
+    }
 }
 
 impl StepOutcome {

@@ -32,7 +32,7 @@ impl<O> Sam<O> {
     {
         // Before the first pass: a resumed model in the wrong float types would fail there.
         or_hand_back!(self.channel.check_resumed(&module), module);
-        let passes = self.family.passes();
+        let passes = self.family.plan().passes();
         let module = match passes {
             Passes::LookAhead => self.ascend(lr, module, GradientsParams::new())?,
             Passes::One | Passes::Two => module,
