@@ -1,6 +1,6 @@
 //! For training strategies and other code that runs an optimizer's passes without holding it
 //! (`burn_sam_accum` builds on this): the step protocol, SAM's phases beyond `ascend` and
-//! `descend`, and the building blocks of a step. Training with [`Sam`] or
+//! `descend`, and the building blocks of a step. Training with [`Sam`](crate::Sam) or
 //! [`LossScaled`](crate::LossScaled) needs nothing here.
 //!
 //! # The step protocol
@@ -29,10 +29,11 @@
 //!
 //! Between steps the model is at `w` on every path: what a strategy validates and saves.
 //!
-//! A `step` with nothing handed over is a direct call. [`Sam`] refuses it
-//! ([`SamError::UnlinkedStep`](crate::SamError::UnlinkedStep): Burn's own strategies step once per batch) unless the caller
-//! opted in with [`Sam::step_per_pass`]; it then alternates ascent and descent itself and needs
-//! `scale_loss` to have been called since its last phase. A direct call while a hand-over to
+//! A `step` with nothing handed over is a direct call. [`Sam`](crate::Sam) refuses it
+//! ([`SamError::UnlinkedStep`](crate::SamError::UnlinkedStep): Burn's own strategies step
+//! once per batch) unless the caller opted in with
+//! [`Sam::step_per_pass`](crate::Sam::step_per_pass); it then alternates ascent and descent
+//! itself and needs `scale_loss` to have been called since its last phase. A direct call while a hand-over to
 //! another optimizer waits on the same thread is [`SamError::LinkedToAnotherOptimizer`](crate::SamError::LinkedToAnotherOptimizer), and so
 //! is a hand-over left untaken by the call it was made for ([`StepLink::check_taken`]): the
 //! strategy holds a link to another optimizer than the one it steps.

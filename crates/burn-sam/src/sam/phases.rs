@@ -43,8 +43,9 @@ impl<O> Sam<O> {
     /// moves to its look-ahead `w~ = w - rho * v / (||v|| + eps)` along its momentum and
     /// takes no pass for it: give it no gradients (`GradientsParams::new()`) and take the
     /// step's one pass at the module it returns ([`Sam::passes`] is
-    /// [`Passes::LookAhead`]). `lr` is this step's learning rate, which the radius follows
-    /// under a [`SamConfig::rho_schedule`](crate::SamConfig::rho_schedule).
+    /// [`Passes::LookAhead`](crate::strategy::Passes::LookAhead)). `lr` is this step's
+    /// learning rate, which the radius follows under a
+    /// [`SamConfig::rho_schedule`](crate::SamConfig::rho_schedule).
     ///
     /// `grads` may be loss-scaled ([`LossScaling::scale_loss`](crate::LossScaling::scale_loss)):
     /// the norm is unscaled for free.
