@@ -12,21 +12,19 @@ use burn_sam::{SamConfig, SamSchedule, StepOutcome};
 use burn_sam_suite::{load_record, record_bytes, Mlp};
 use serde::Deserialize;
 
-use super::parity::{fixture_batch, fixture_case, reference_model, torch_sgd};
+use super::fixture::{fixture_case, FixtureMlp};
+use super::parity::torch_sgd;
 use super::util::{assert_close, batch_grads, mse, narrow_scalars, tensors, tolerance};
 
 const FIXTURE: &str = include_str!("../fixtures/schedule_reference.json");
 
 #[derive(Deserialize)]
 struct Case {
-    sizes: Vec<usize>,
+    #[serde(flatten)]
+    mlp: FixtureMlp,
     options: HashMap<String, f64>,
     rho: f64,
     schedule: HashMap<String, f64>,
-    init: Vec<Vec<f64>>,
-    x: Vec<f64>,
-    y: Vec<f64>,
-    batch: usize,
     sam_steps: Vec<bool>,
     trajectory: Vec<Vec<Vec<f64>>>,
 }
@@ -38,9 +36,9 @@ type Batch<B> = (Tensor<B, 2>, Tensor<B, 2>);
 /// steps fire is the same on every run.
 fn fixed_problem<B: AutodiffBackend>() -> (Mlp<B>, Vec<Batch<B>>) {
     let case: Case = fixture_case(FIXTURE, "adaptive_sgd");
-    let model = reference_model::<B>(&case.sizes, &case.init);
+    let model = case.mlp.model::<B>();
     let batches = (0..case.trajectory.len())
-        .map(|step| fixture_batch::<B>(&case.sizes, &case.x, &case.y, case.batch, step))
+        .map(|step| case.mlp.batch::<B>(step))
         .collect();
     (model, batches)
 }
@@ -65,10 +63,10 @@ pub fn run<B: AutodiffBackend>(name: &str) {
         .with_rho(case.rho)
         .with_schedule(Some(case.schedule()));
     let mut sam = config.init(torch_sgd::<B>(&case.options));
-    let mut model = reference_model::<B>(&case.sizes, &case.init);
+    let mut model = case.mlp.model::<B>();
     let tol = tolerance::<B>();
     for (step, expected) in case.trajectory.iter().enumerate() {
-        let (x, y) = fixture_batch::<B>(&case.sizes, &case.x, &case.y, case.batch, step);
+        let (x, y) = case.mlp.batch::<B>(step);
         let mut passes = 0;
         let loss = |m: &Mlp<B>| {
             passes += 1;

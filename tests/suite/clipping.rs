@@ -13,13 +13,15 @@ use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig};
 use burn_sam_accum::{AccumulationConfig, MicroBatch};
 use serde::Deserialize;
 
-use super::parity::{fixture_batch, fixture_case, reference_model, torch_sgd};
+use super::fixture::{fixture_case, FixtureMlp};
+use super::parity::torch_sgd;
 use super::util::{assert_close, grads, mse, tensors, tolerance};
 
 #[derive(Deserialize)]
 struct Case {
+    #[serde(flatten)]
+    mlp: FixtureMlp,
     name: String,
-    sizes: Vec<usize>,
     lr: f64,
     momentum: f64,
     rho: f64,
@@ -27,10 +29,6 @@ struct Case {
     max_norm: f64,
     scale: Option<f64>,
     micro_batches: usize,
-    init: Vec<Vec<f64>>,
-    x: Vec<f64>,
-    y: Vec<f64>,
-    batch: usize,
     /// `clip_grad_norm_`'s total norm of each step, before clipping.
     norms: Vec<f64>,
     trajectory: Vec<Vec<Vec<f64>>>,
@@ -54,8 +52,8 @@ pub fn run<B: AutodiffBackend>(name: &str) {
             .with_init_scale(scale)
             .with_growth_interval(1_000_000)
     });
-    let mut model = reference_model::<B>(&case.sizes, &case.init);
-    let batch = |row| fixture_batch::<B>(&case.sizes, &case.x, &case.y, case.batch, row);
+    let mut model = case.mlp.model::<B>();
+    let batch = |row| case.mlp.batch::<B>(row);
     let tolerance = tolerance::<B>();
     if !case.sam {
         let mut optim = LossScaledConfig::new(scaling.expect("a loss scale"))

@@ -13,7 +13,8 @@ use burn_sam::{RhoSchedule, Sam, SamConfig, SamVariant};
 use burn_sam_suite::{load_record, record_bytes, Mlp};
 use serde::Deserialize;
 
-use super::parity::{fixture_batch, fixture_case, reference_model, torch_sgd};
+use super::fixture::{fixture_case, FixtureMlp};
+use super::parity::torch_sgd;
 use super::util::{assert_close, batch_grads, mse, narrow_scalars, problem, tensors, tolerance};
 
 #[derive(Deserialize)]
@@ -27,17 +28,14 @@ enum Variant {
 
 #[derive(Deserialize)]
 struct Case {
+    #[serde(flatten)]
+    mlp: FixtureMlp,
     variant: Variant,
-    sizes: Vec<usize>,
     options: HashMap<String, f64>,
     rho: f64,
     schedule: Option<(f64, f64, f64)>,
     perturb_only: Option<Vec<String>>,
     lrs: Vec<f64>,
-    init: Vec<Vec<f64>>,
-    x: Vec<f64>,
-    y: Vec<f64>,
-    batch: usize,
     trajectory: Vec<Vec<Vec<f64>>>,
 }
 
@@ -62,10 +60,6 @@ impl Case {
             )
             .with_perturb_only(self.perturb_only.clone())
     }
-
-    fn batch<B: AutodiffBackend>(&self, step: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
-        fixture_batch(&self.sizes, &self.x, &self.y, self.batch, step)
-    }
 }
 
 /// Follows the reference with `step_with`, counting the loss closure's calls, and again with
@@ -77,11 +71,11 @@ pub fn run<B: AutodiffBackend>(name: &str) {
     let tolerance = tolerance::<B>();
 
     let mut sam = config.init(torch_sgd::<B>(&case.options));
-    let mut model = reference_model::<B>(&case.sizes, &case.init);
+    let mut model = case.mlp.model::<B>();
     let mut calls = 0;
     let mut two_pass_steps = 0;
     for (step, (expected, &lr)) in case.trajectory.iter().zip(&case.lrs).enumerate() {
-        let (x, y) = case.batch::<B>(step);
+        let (x, y) = case.mlp.batch::<B>(step);
         two_pass_steps += usize::from(sam.needs_ascent());
         let loss = |model: &Mlp<B>| {
             calls += 1;
@@ -108,9 +102,9 @@ pub fn run<B: AutodiffBackend>(name: &str) {
     }
 
     let mut optim = config.init(torch_sgd::<B>(&case.options)).step_per_pass();
-    let mut model = reference_model::<B>(&case.sizes, &case.init);
+    let mut model = case.mlp.model::<B>();
     for (step, (expected, &lr)) in case.trajectory.iter().zip(&case.lrs).enumerate() {
-        let batch = case.batch::<B>(step);
+        let batch = case.mlp.batch::<B>(step);
         let passes = if optim.needs_ascent() { 2 } else { 1 };
         for _pass in 0..passes {
             let grads = batch_grads(&model, &batch);

@@ -13,6 +13,7 @@ pub mod batchnorm;
 pub mod clipping;
 pub mod family;
 pub mod faults;
+pub mod fixture;
 pub mod lifecycle;
 pub mod misuse;
 pub mod mixed_precision;

@@ -17,7 +17,7 @@ use burn_sam::{LossScalerConfig, Sam, SamConfig, SamVariant, StepOutcome};
 use burn_sam_suite::{load_record, record_bytes, Mlp};
 use serde::Deserialize;
 
-use super::parity::{fixture_batch, fixture_case, reference_model};
+use super::fixture::{fixture_case, FixtureMlp};
 use super::util::{
     assert_close, batch_grads, mse, narrow_scalars, poison, problem, tensors, tolerance,
 };
@@ -30,23 +30,16 @@ struct Step {
 
 #[derive(Deserialize)]
 struct Case {
+    #[serde(flatten)]
+    mlp: FixtureMlp,
     flavour: String,
-    sizes: Vec<usize>,
     rho: f64,
     lr: f64,
     options: HashMap<String, f64>,
-    init: Vec<Vec<f64>>,
-    x: Vec<f64>,
-    y: Vec<f64>,
-    batch: usize,
     trajectory: Vec<Step>,
 }
 
-impl Case {
-    fn batch<B: AutodiffBackend>(&self, step: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
-        fixture_batch(&self.sizes, &self.x, &self.y, self.batch, step)
-    }
-}
+impl Case {}
 
 /// The case's optimizer: Momentum-SAM over SGD with momentum `mu` (no dampening) or AdamW
 /// (`mu = beta_1`), with the case's weight decay.
@@ -114,10 +107,10 @@ fn look_ahead<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
 
 fn follow<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(name: &str, case: &Case, mut sam: Sam<O>) {
     let tolerance = momentum_tolerance::<B>();
-    let mut model = reference_model::<B>(&case.sizes, &case.init);
+    let mut model = case.mlp.model::<B>();
     let mut calls = 0;
     for (step, expected) in case.trajectory.iter().enumerate() {
-        let (x, y) = case.batch::<B>(step);
+        let (x, y) = case.mlp.batch::<B>(step);
         let loss = |model: &Mlp<B>| {
             calls += 1;
             mse(model.forward(x.clone()), y.clone())
@@ -155,7 +148,7 @@ pub fn run<B: AutodiffBackend>(name: &str) {
     with_optimizer!(&case, B, |sam| {
         let mut sam = sam.step_per_pass();
         let tolerance = momentum_tolerance::<B>();
-        let mut model = reference_model::<B>(&case.sizes, &case.init);
+        let mut model = case.mlp.model::<B>();
         let mut ahead_of = tensors(&model);
         for (step, expected) in case.trajectory.iter().enumerate() {
             let what = format!("{name} step {} (Optimizer::step)", step + 1);
@@ -166,7 +159,7 @@ pub fn run<B: AutodiffBackend>(name: &str) {
                 tolerance,
                 &format!("{what}: w~"),
             );
-            let grads = batch_grads(&model, &case.batch::<B>(step));
+            let grads = batch_grads(&model, &case.mlp.batch::<B>(step));
             model = sam.step(case.lr, model, grads);
             assert_close(
                 &tensors(&model),
