@@ -1,6 +1,7 @@
 //! The conformance suite on CUDA in f32.
 #![cfg(feature = "cuda")]
 
+#[path = "../suite/mod.rs"]
 mod suite;
 
 backend_suite!(

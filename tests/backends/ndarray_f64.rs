@@ -1,6 +1,7 @@
 //! The conformance suite on NdArray in f64.
 #![cfg(feature = "ndarray")]
 
+#[path = "../suite/mod.rs"]
 mod suite;
 
 backend_suite!(

@@ -2,6 +2,7 @@
 //! more).
 #![cfg(feature = "cuda")]
 
+#[path = "../data_parallel/mod.rs"]
 mod data_parallel;
 
 data_parallel_suite!(

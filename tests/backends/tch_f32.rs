@@ -1,6 +1,7 @@
 //! The conformance suite on LibTorch in f32.
 #![cfg(feature = "tch")]
 
+#[path = "../suite/mod.rs"]
 mod suite;
 
 backend_suite!(

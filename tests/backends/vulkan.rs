@@ -1,6 +1,7 @@
 //! The conformance suite on Vulkan (wgpu; Mesa lavapipe on a CPU) in f32.
 #![cfg(feature = "vulkan")]
 
+#[path = "../suite/mod.rs"]
 mod suite;
 
 backend_suite!(

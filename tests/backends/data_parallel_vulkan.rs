@@ -5,6 +5,7 @@
 //! backend's own transfer.
 #![cfg(feature = "vulkan")]
 
+#[path = "../data_parallel/mod.rs"]
 mod data_parallel;
 
 data_parallel_suite!(

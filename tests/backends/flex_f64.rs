@@ -1,6 +1,7 @@
 //! The conformance suite on Flex (pure-Rust CPU) in f64.
 #![cfg(feature = "flex")]
 
+#[path = "../suite/mod.rs"]
 mod suite;
 
 backend_suite!(
