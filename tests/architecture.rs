@@ -5,10 +5,10 @@
 const PLACES: [(&str, &str); 6] = [
     ("perturb.rs:48", "let factor"),
     ("perturb.rs:177", "factor.times"),
-    ("sam/phases.rs:332", "fn put_back"),
+    ("sam/phases.rs:328", "fn put_back"),
     ("precision.rs:145", "fn step_if_finite"),
     ("precision.rs:158", "!grad_norm.is_finite()"),
-    ("sam/phases.rs:349", "fn finish"),
+    ("sam/phases.rs:345", "fn finish"),
 ];
 
 #[test]

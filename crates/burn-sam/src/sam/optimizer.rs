@@ -5,7 +5,6 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::pending::Ascended;
 use super::{Sam, SamRecord};
 use crate::channel::Call;
 use crate::error::SamError;
@@ -68,10 +67,7 @@ impl<O> Sam<O> {
     {
         let phase = or_hand_back!(self.phase(call), module);
         let stepped = match phase {
-            Phase::Ascent => {
-                let ascended = self.ascent(lr, module, grads, call);
-                return ascended.map(Ascended::into_module);
-            }
+            Phase::Ascent => return self.ascent(lr, module, grads, call),
             Phase::Descent => self.descent(lr, module, grads, call),
             Phase::LocalDescent => self.step_descent(lr, module, grads, call, None),
         };

@@ -3,7 +3,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::{PendingAscent, StepReport};
+use super::PendingAscent;
 use crate::device::{read_norms, Scalar};
 use crate::param_map::{AnyValue, ParamMap};
 use crate::state::ParamState;
@@ -52,20 +52,5 @@ impl Pending {
             None => PendingAscent::NONE,
         };
         (ascent, norms[1])
-    }
-}
-
-/// What an ascent did: moved the module to where the step's next pass is taken, or took the
-/// whole step (an adaptive schedule's base step).
-pub(super) enum Ascended<M> {
-    Moved(M),
-    Stepped(M, StepReport),
-}
-
-impl<M> Ascended<M> {
-    pub fn into_module(self) -> M {
-        match self {
-            Self::Moved(module) | Self::Stepped(module, _) => module,
-        }
     }
 }

@@ -27,7 +27,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::pending::{Ascended, Pending};
+use super::pending::Pending;
 use super::{PendingAscent, Sam, StepOutcome, StepReport};
 use crate::channel::Call;
 use crate::error::SamError;
@@ -83,18 +83,18 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         self.ascent(lr, module, grads, Call::Direct)
-            .map(Ascended::into_module)
     }
 
     /// [`Sam::ascend`], for a `call` that may be a strategy's hand-over: the module at which
-    /// the step's next pass is taken, or the step taken (an adaptive schedule's base step).
+    /// the step's next pass is taken, or, when no descent is awaited after it (an adaptive
+    /// schedule's base step), the stepped `w` (its report is the last).
     pub(super) fn ascent<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
         call: Call,
-    ) -> Result<Ascended<M>, StepError<M>>
+    ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
@@ -116,13 +116,11 @@ impl<O> Sam<O> {
             let (module, snapshot) =
                 look_ahead_by(module, self.family.momentum(), rho, self.config.eps);
             self.hold(Pending::without_ascent(snapshot));
-            return Ok(Ascended::Moved(module));
+            return Ok(module);
         }
         let taken = match plan {
             Plan::Decide => self.decided_ascent(lr, module, grads, call),
-            _ => self
-                .gradient_ascent(lr, module, grads, call)
-                .map(Ascended::Moved),
+            _ => self.gradient_ascent(lr, module, grads, call),
         };
         if taken.is_err() {
             self.family.replan();
@@ -138,7 +136,7 @@ impl<O> Sam<O> {
         module: M,
         grads: GradientsParams,
         call: Call,
-    ) -> Result<Ascended<M>, StepError<M>>
+    ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
@@ -148,12 +146,10 @@ impl<O> Sam<O> {
         or_hand_back!(self.precision.check_scaled(call), module);
         let norm = or_hand_back!(self.precision.grad_norm(&module, &grads), module);
         match self.family.decide(norm * norm) {
-            Plan::Ascent => self
-                .gradient_ascent(lr, module, grads, Call::Checked)
-                .map(Ascended::Moved),
+            Plan::Ascent => self.gradient_ascent(lr, module, grads, Call::Checked),
             _ => self
                 .step_descent(lr, module, grads, Call::Checked, Some(norm))
-                .map(|(module, report)| Ascended::Stepped(module, report)),
+                .map(|(module, _)| module),
         }
     }
 

@@ -5,9 +5,7 @@ use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
-use super::pending::Ascended;
 use super::{Sam, SamStep};
-use crate::channel::Call;
 use crate::hand_back::StepError;
 use crate::protocol::Passes;
 
@@ -46,23 +44,25 @@ impl<O> Sam<O> {
             self.precision.handle().scale_loss(first).backward(),
             &module,
         );
-        let stepped = match passes {
-            Passes::Two => self.ascent(lr, module, grads, Call::Direct)?,
+        let perturbed = match passes {
+            Passes::Two => self.ascend(lr, module, grads)?,
             Passes::One | Passes::LookAhead => {
                 let (module, report) = self.descend(lr, module, grads)?;
-                Ascended::Stepped(module, report)
-            }
-        };
-        let perturbed = match stepped {
-            Ascended::Moved(perturbed) => perturbed,
-            Ascended::Stepped(module, report) => {
                 return Ok(SamStep {
                     module,
                     loss: first_value,
                     report,
-                })
+                });
             }
         };
+        if let (false, Some(report)) = (self.awaits_descent(), self.last_report) {
+            // An adaptive schedule's base step: the ascent took the whole step.
+            return Ok(SamStep {
+                module: perturbed,
+                loss: first_value,
+                report,
+            });
+        }
         // The same seed as the first pass's: the same dropout masks.
         self.channel.seed_pass(&perturbed, 0);
         let second = self.precision.handle().scale_loss(loss(&perturbed));
