@@ -4,7 +4,7 @@
 /// Each place ARCHITECTURE.md names, and what that line holds.
 const PLACES: [(&str, &str); 6] = [
     ("perturb.rs:48", "let factor"),
-    ("perturb.rs:177", "factor.times"),
+    ("perturb.rs:179", "factor.times"),
     ("sam/phases.rs:328", "fn put_back"),
     ("precision.rs:145", "fn step_if_finite"),
     ("precision.rs:158", "!grad_norm.is_finite()"),

@@ -100,8 +100,10 @@ where
     module.visit(&mut norm);
     // Negative: `w + (-s v)` is bitwise `w - s v`, with the new buffer on the left, where
     // backends add in place (NdArray and Flex subtract from a shared `w` more slowly).
-    let scale =
-        (norm.sum.finish()).map(|squares| Scalar::device(squares).sqrt().add(eps).divides(-rho));
+    let scale = norm
+        .sum
+        .finish()
+        .map(|squares| Scalar::device(squares).sqrt().add(eps).divides(-rho));
     let mut look_ahead = LookAhead {
         momentum,
         scale,

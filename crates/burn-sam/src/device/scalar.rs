@@ -32,7 +32,7 @@ impl<B: Backend> Scalar<B> {
     /// `value`, read back where that waits for nothing ([`reads_are_free`]).
     pub fn read_if_free(value: Tensor<B, 1>) -> Self {
         match reads_are_free::<B>(&value.device()) {
-            true => Self::Host(read_all(&[Some(Self::device(value))])[0]),
+            true => Self::Host(read_together(vec![value])[0]),
             false => Self::device(value),
         }
     }
@@ -120,7 +120,7 @@ impl<B: Backend> Scalar<B> {
 
 /// Each of `scalars` as a number (0 for `None`; a device value as computed, before its
 /// `zero`), those on the device read back together: one host wait for all of them.
-pub(crate) fn read_all<B: Backend>(scalars: &[Option<Scalar<B>>]) -> Vec<f64> {
+fn read_all<B: Backend>(scalars: &[Option<Scalar<B>>]) -> Vec<f64> {
     let on_device: Vec<_> = scalars
         .iter()
         .flatten()

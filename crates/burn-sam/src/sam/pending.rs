@@ -45,11 +45,11 @@ impl Pending {
                 .get::<Option<Scalar<B>>>()
                 .expect("the ascent's norm is on the descent's backend")
         });
-        let on_device = ascent.clone().flatten();
-        let norms = read_norms(&[on_device, descent.map(Scalar::device)], loss_scale);
-        let ascent = match ascent {
-            Some(_) => PendingAscent::of(norms[0]),
-            None => PendingAscent::NONE,
+        let gradient_ascent = ascent.is_some();
+        let norms = read_norms(&[ascent.flatten(), descent.map(Scalar::device)], loss_scale);
+        let ascent = match gradient_ascent {
+            true => PendingAscent::of(norms[0]),
+            false => PendingAscent::NONE,
         };
         (ascent, norms[1])
     }
