@@ -14,7 +14,7 @@ use burn::optim::{AdamConfig, GradientsParams, Sgd, SgdConfig};
 use burn::tensor::{Distribution, Tensor};
 use burn_sam::diagnostics::{device_reads, device_syncs};
 use burn_sam::LossScaling;
-use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamSchedule, SamVariant};
+use burn_sam::{LossScalerConfig, MixedPrecisionConfig, Sam, SamConfig, SamSchedule, SamVariant};
 use burn_sam_accum::train::SamTraining;
 use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 use burn_sam_suite::{blobs, ClassBatcher, Classifier, Mlp, MlpConfig, Quiet};
@@ -104,7 +104,8 @@ fn one_read_per_pass_and_no_sync() {
         }
     }
 
-    let mut scaled = LossScaledConfig::new(LossScalerConfig::new()).init(SgdConfig::new().init());
+    let mut scaled =
+        MixedPrecisionConfig::new(LossScalerConfig::new()).init(SgdConfig::new().init());
     let n = waits(|| {
         let grads =
             GradientsParams::from_grads(scaled.scale_loss(loss(&model, &b)).backward(), &model);

@@ -224,7 +224,8 @@ fn init_panics_at_the_callers_line() {
             burn_sam::SamConfig::new().with_rho(-1.0).init(());
         }),
         std::panic::catch_unwind(|| {
-            burn_sam::LossScaledConfig::new(LossScalerConfig::new().with_hysteresis(0)).init(());
+            burn_sam::MixedPrecisionConfig::new(LossScalerConfig::new().with_hysteresis(0))
+                .init(());
         }),
         std::panic::catch_unwind(|| {
             burn_sam_accum::AccumulationConfig::new(0).init(());

@@ -222,7 +222,7 @@ fn accumulation() -> Result {
     use burn_sam::SamConfig;
     use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 
-    // Any Burn optimizer, a `LossScaled` one, or a `Sam` one.
+    // Any Burn optimizer, a `MixedPrecision` one, or a `Sam` one.
     let sam = SamConfig::new().try_init(AdamConfig::new().init())?;
     let mut accumulation = AccumulationConfig::new(4) // micro-batches per step
         .with_ascent(Ascent::Synced) // or Ascent::Local (m-sharpness)

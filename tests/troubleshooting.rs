@@ -12,8 +12,8 @@ use burn::optim::{Optimizer, Sgd, SgdConfig};
 use burn::tensor::DType;
 use burn::train::LearningComponentsMarker;
 use burn_sam::{
-    ConfigError, LossScaleError, LossScaledConfig, LossScalerConfig, RhoSchedule, Sam, SamConfig,
-    SamError, SamSchedule, SamVariant,
+    ConfigError, LossScaleError, LossScalerConfig, MixedPrecisionConfig, RhoSchedule, Sam,
+    SamConfig, SamError, SamSchedule, SamVariant,
 };
 use burn_sam_accum::train::{Ascent, SamTraining};
 use burn_sam_accum::{AccumError, AccumulationConfig};
@@ -338,7 +338,7 @@ fn config_refusals() -> Vec<ConfigError> {
         })),
         AccumulationConfig::new(0).validate().unwrap_err(),
         devices,
-        LossScaledConfig::new(LossScalerConfig::new())
+        MixedPrecisionConfig::new(LossScalerConfig::new())
             .with_max_grad_norm(Some(-1.0))
             .try_init(sgd())
             .err()

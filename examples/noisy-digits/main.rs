@@ -19,7 +19,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Sgd, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::FloatDType;
-use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamSchedule, SamVariant};
+use burn_sam::{LossScalerConfig, MixedPrecisionConfig, SamConfig, SamSchedule, SamVariant};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -299,9 +299,11 @@ fn train_method(
         (args.dtype == Dtype::F16).then(|| LossScalerConfig::new().with_init_scale(1024.0));
     match (args.variant(method), scaling) {
         (None, None) => train::train(setup, sgd(), progress),
-        (None, Some(scaling)) => {
-            train::train(setup, LossScaledConfig::new(scaling).init(sgd()), progress)
-        }
+        (None, Some(scaling)) => train::train(
+            setup,
+            MixedPrecisionConfig::new(scaling).init(sgd()),
+            progress,
+        ),
         (Some(variant), scaling) => {
             let steps = setup.epochs * setup.train.len().div_ceil(setup.batch_size);
             let sam = SamConfig::new()

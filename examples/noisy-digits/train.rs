@@ -37,7 +37,7 @@ pub struct Run {
     pub two_pass_steps: f64,
 }
 
-/// Trains with `optimizer` (any Burn optimizer, `LossScaled` or `Sam`, driven through
+/// Trains with `optimizer` (any Burn optimizer, `MixedPrecision` or `Sam`, driven through
 /// `burn-sam-accum` with windows of one batch). `progress` gets (epoch, test accuracy).
 pub fn train<B, O>(setup: &Setup, optimizer: O, mut progress: impl FnMut(usize, f64)) -> Run
 where

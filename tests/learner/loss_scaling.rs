@@ -91,7 +91,7 @@ fn loss_scaling_without_scale_loss_in_the_train_step_is_refused() {
     .launch(Learner::new(model, optim, 0.05));
 }
 
-/// Burn's own strategy cannot scale the loss: a loss-scaled `Sam` or `LossScaled` there stops
+/// Burn's own strategy cannot scale the loss: a loss-scaled `Sam` or `MixedPrecision` there stops
 /// at the first step, naming `SamTraining`.
 #[test]
 fn loss_scaling_in_burns_default_strategy_stops_with_the_fix() {
@@ -104,7 +104,7 @@ fn loss_scaling_in_burns_default_strategy_stops_with_the_fix() {
         run(dir, train_loader(16, None), 2, learner, None, None);
     });
     assert!(message.contains("not a SAM training strategy"), "{message}");
-    let scaled = LossScaledConfig::new(scaling).init(sgd());
+    let scaled = MixedPrecisionConfig::new(scaling).init(sgd());
     let message = first_step_panic("default-loss-scaled", |dir| {
         let learner = Learner::new(model(), scaled, 0.05);
         run(dir, train_loader(16, None), 2, learner, None, None);

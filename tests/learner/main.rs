@@ -41,7 +41,7 @@ use burn::train::{
 };
 use burn_sam::record::SamRecord;
 use burn_sam::{
-    cast_params, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamSchedule, SamVariant,
+    cast_params, LossScalerConfig, MixedPrecisionConfig, Sam, SamConfig, SamSchedule, SamVariant,
     StepOutcome,
 };
 use burn_sam_accum::train::{Ascent, SamTraining};

@@ -3,13 +3,13 @@
 //! micro-batch's loss before its backward pass (the `TrainStep` through `scale_loss`). Windows
 //! of 3 (weights 1/3, which round differently from 1/4) and 4, weighted by item counts, with
 //! the partial last window of an epoch, in f32 and loss-scaled f16, for SAM (clipped or not),
-//! Momentum-SAM and `LossScaled`, on the MLP and on a model with BatchNorm; and an overflowing loss scale backs
+//! Momentum-SAM and `MixedPrecision`, on the MLP and on a model with BatchNorm; and an overflowing loss scale backs
 //! off on the same steps on both paths. (With dropout both paths draw their masks from the
 //! backend's one generator, which other tests in the process draw from too: not compared.)
 
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
-use burn_sam::{LossScaleHandle, LossScaled};
+use burn_sam::{LossScaleHandle, MixedPrecision};
 use burn_sam_accum::{AccumulationConfig, MicroBatch};
 
 use super::*;
@@ -139,14 +139,14 @@ fn momentum_sam<M: AutodiffModule<B>>(scaling: Option<LossScalerConfig>) -> Sam<
         .init(sgd_for())
 }
 
-fn loss_scaled<M: AutodiffModule<B>>(init: f64) -> LossScaled<Sgd<M>> {
-    LossScaledConfig::new(LossScalerConfig::new().with_init_scale(init)).init(sgd_for())
+fn loss_scaled<M: AutodiffModule<B>>(init: f64) -> MixedPrecision<Sgd<M>> {
+    MixedPrecisionConfig::new(LossScalerConfig::new().with_init_scale(init)).init(sgd_for())
 }
 
 /// Windows of 3 and 4, with equal and with item weights.
 const WINDOWS: [(usize, bool); 4] = [(3, false), (3, true), (4, false), (4, true)];
 
-/// Every case on one MLP in one float type: SAM, Momentum-SAM and `LossScaled`, every window of
+/// Every case on one MLP in one float type: SAM, Momentum-SAM and `MixedPrecision`, every window of
 /// [`WINDOWS`]. `scaled` puts loss scaling on SAM's two variants too.
 fn every_case(dtype: &str, model: Model, scaled: bool) {
     let scaling = || scaling(1024.0).filter(|_| scaled);
@@ -168,7 +168,7 @@ fn every_case(dtype: &str, model: Model, scaled: bool) {
             both_paths(&case("msam"), copy, || momentum_sam(scaling()), setup, 1);
         assert_eq!(learner, direct, "{}", case("Momentum-SAM"));
         let (learner, direct) = both_paths(&case("scaled"), copy, || loss_scaled(1024.0), setup, 1);
-        assert_eq!(learner, direct, "{}", case("LossScaled"));
+        assert_eq!(learner, direct, "{}", case("MixedPrecision"));
         // Training moved the weights: the paths agree on something.
         assert_ne!(
             learner.weights,
@@ -203,7 +203,7 @@ fn an_overflowing_loss_scale_backs_off_on_the_same_steps() {
             both_paths("overflow-sam", copy, || sam(scaling(INIT)), (3, true), 2),
         ),
         (
-            "LossScaled",
+            "MixedPrecision",
             both_paths("overflow-scaled", copy, || loss_scaled(INIT), (3, true), 2),
         ),
     ];

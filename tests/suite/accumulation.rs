@@ -8,10 +8,10 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, ElementConversion, Tensor, TensorData};
 use burn_sam::record::{MixedPrecisionRecord, SamRecord};
-use burn_sam::strategy::{Passes, Phases, StepLink};
+use burn_sam::strategy::{Linkable, Passes, Phases, StepLink};
 use burn_sam::LossScaling;
 use burn_sam::{
-    LossScaled, LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamError, SamSchedule,
+    LossScalerConfig, MixedPrecision, MixedPrecisionConfig, Sam, SamConfig, SamError, SamSchedule,
     SamVariant, StepOutcome,
 };
 use burn_sam_accum::{
@@ -560,7 +560,9 @@ pub fn overflow_in_one_micro_batch_skips_the_window<B: AutodiffBackend>() {
     *y = y.clone().mul_scalar(0.0).add_scalar(1e4);
 
     let scaling = LossScalerConfig::new().with_init_scale(256.0);
-    let scale = LossScaledConfig::new(scaling.clone()).init(()).step_link();
+    let scale = MixedPrecisionConfig::new(scaling.clone())
+        .init(())
+        .step_link();
     let mut loss_fn = loss::<B>;
     let mut window = Window::new(&overflowing, &mut loss_fn).unwrap();
     let gradient = window.gradient(&model, &scale).unwrap();
@@ -570,9 +572,9 @@ pub fn overflow_in_one_micro_batch_skips_the_window<B: AutodiffBackend>() {
     assert!(!burn_sam::grad_norm(&model, &gradient).unwrap().is_finite());
 
     let adam = || AdamConfig::new().init();
-    let scaled = LossScaledConfig::new(scaling.clone()).init(adam());
+    let scaled = MixedPrecisionConfig::new(scaling.clone()).init(adam());
     let accumulation = AccumulationConfig::new(3).init(scaled);
-    let scale = |o: &LossScaled<_>| o.loss_scale();
+    let scale = |o: &MixedPrecision<_>| o.loss_scale();
     skips_the_window(
         accumulation,
         scale,

@@ -2,14 +2,14 @@
 //! gradient the base optimizer steps with (`reference/clip_reference.py` wrote
 //! `tests/fixtures/clip_reference.json`): SAM's descent gradient, with a loss scale (PyTorch's
 //! `GradScaler.unscale_` first), over a window of two micro-batches (the combined gradient,
-//! clipped once), and `LossScaled` without SAM. Half of the reference's steps are clipped.
+//! clipped once), and `MixedPrecision` without SAM. Half of the reference's steps are clipped.
 
 use std::collections::HashMap;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use burn_sam::LossScaling;
-use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig};
+use burn_sam::{LossScalerConfig, MixedPrecisionConfig, SamConfig};
 use burn_sam_accum::{AccumulationConfig, MicroBatch};
 use serde::Deserialize;
 
@@ -56,7 +56,7 @@ pub fn run<B: AutodiffBackend>(name: &str) {
     let batch = |row| case.mlp.batch::<B>(row);
     let tolerance = tolerance::<B>();
     if !case.sam {
-        let mut optim = LossScaledConfig::new(scaling.expect("a loss scale"))
+        let mut optim = MixedPrecisionConfig::new(scaling.expect("a loss scale"))
             .with_max_grad_norm(Some(case.max_norm))
             .init(torch_sgd::<B>(&options));
         for (step, expected) in case.trajectory.iter().enumerate() {

@@ -5,9 +5,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::strategy::{Handover, Phases, StepLink};
+use burn_sam::strategy::{Handover, Linkable, Phases, StepLink};
 use burn_sam::LossScaling;
-use burn_sam::{LossScaledConfig, LossScalerConfig, SamConfig, SamError, SamVariant, StepError};
+use burn_sam::{
+    LossScalerConfig, MixedPrecisionConfig, SamConfig, SamError, SamVariant, StepError,
+};
 use burn_sam_suite::{Mlp, MlpConfig};
 
 use super::util::{batch_grads, poison, problem, tensors};
@@ -209,7 +211,7 @@ pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
     let linked = scaled.init(SgdConfig::new().init::<B, Mlp<B>>());
     let link = linked.step_link();
     let mut stepped = scaled.init(SgdConfig::new().init());
-    let mut loss_scaled = LossScaledConfig::new(scaling).init(SgdConfig::new().init());
+    let mut loss_scaled = MixedPrecisionConfig::new(scaling).init(SgdConfig::new().init());
     let scaled_gradient = Handover::Gradient {
         loss_scale: Some(64.0),
     };
@@ -246,7 +248,7 @@ pub fn a_step_linked_to_another_optimizer_is_refused<B: AutodiffBackend>() {
 }
 
 /// With loss scaling on, gradients of a loss nobody scaled are refused (they would be divided
-/// by the scale): by `Sam`'s phases and `LossScaled::try_step` with the module back, by
+/// by the scale): by `Sam`'s phases and `MixedPrecision::try_step` with the module back, by
 /// `Optimizer::step` with a panic naming the fix. Scaled through the optimizer, they pass.
 pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
     let problem = problem::<B>(1);
@@ -294,7 +296,7 @@ pub fn unscaled_loss_is_refused<B: AutodiffBackend>() {
         .unwrap_err();
     refused(failed, SamError::UnscaledLoss, &restored);
 
-    let mut optim = LossScaledConfig::new(scaling).init(SgdConfig::new().init());
+    let mut optim = MixedPrecisionConfig::new(scaling).init(SgdConfig::new().init());
     let failed = optim
         .try_step(0.1, model.clone(), batch_grads(&model, batch))
         .unwrap_err();
@@ -359,7 +361,7 @@ pub fn hard_stop_and_step_with_hand_the_module_back<B: AutodiffBackend>() {
     assert_eq!(tensors(&failed.module), tensors(&model));
     stopped(failed.to_string());
 
-    let mut optim = LossScaledConfig::new(stop).init(SgdConfig::new().init::<B, Mlp<B>>());
+    let mut optim = MixedPrecisionConfig::new(stop).init(SgdConfig::new().init::<B, Mlp<B>>());
     let grads = scaled(&optim.loss_scale_handle(), &model, true);
     let failed = optim.try_step(0.1, model.clone(), grads).unwrap_err();
     assert_eq!(tensors(&failed.module), tensors(&model));

@@ -9,7 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
 use burn_sam::strategy::Passes;
 use burn_sam::LossScaling;
-use burn_sam::{LossScaledConfig, LossScalerConfig, Sam, SamConfig, SamVariant, StepOutcome};
+use burn_sam::{LossScalerConfig, MixedPrecisionConfig, Sam, SamConfig, SamVariant, StepOutcome};
 use burn_sam_suite::{load_record, record_bytes, Mlp, Rng};
 
 use super::util::{float_dtype, grads, mse, poison, problem, tensors};
@@ -218,7 +218,7 @@ pub fn underflowing_gradients_train_with_scaling<B: AutodiffBackend>() {
         Some(0.0)
     );
 
-    let mut optim = LossScaledConfig::new(LossScalerConfig::new().with_init_scale(16384.0))
+    let mut optim = MixedPrecisionConfig::new(LossScalerConfig::new().with_init_scale(16384.0))
         .init(SgdConfig::new().init());
     let start = tensors(&model);
     let mut model = model;
@@ -244,7 +244,7 @@ pub fn master_weights_keep_small_updates<B: AutodiffBackend>() {
     let x = Tensor::<B, 2>::ones([1, 1], &Default::default());
     let run = |master_weights: bool| {
         let scaler = LossScalerConfig::new().with_init_scale(1.0);
-        let mut optim = LossScaledConfig::new(scaler)
+        let mut optim = MixedPrecisionConfig::new(scaler)
             .with_master_weights(master_weights)
             .init(SgdConfig::new().init());
         let mut model = unit_linear::<B>();

@@ -184,7 +184,11 @@ fn publish_target_dir() -> PathBuf {
 
 /// `cargo xtask house`: exits with the broken rules, if any.
 fn house() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Cargo's run-time value: a binary kept in a shared target dir may have been built in
+    // another checkout, whose path the compile-time value would still name.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR");
+    let manifest = manifest.unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let root = Path::new(&manifest).join("..");
     let broken = house::check(&root);
     if !broken.is_empty() {
         for rule in &broken {

@@ -162,7 +162,7 @@ impl<I: Iterator> Iterator for Windows<I> {
 
 impl AccumulationConfig {
     /// Wraps `optimizer`: a Burn optimizer ([`Sgd`](burn::optim::Sgd), [`Adam`](burn::optim::Adam),
-    /// ...), a [`LossScaled`](burn_sam::LossScaled) one or a [`Sam`](burn_sam::Sam) one.
+    /// ...), a [`MixedPrecision`](burn_sam::MixedPrecision) one or a [`Sam`](burn_sam::Sam) one.
     ///
     /// # Panics
     /// When the configuration is invalid, with the field and its allowed range;

@@ -15,7 +15,7 @@ use crate::ascent::Ascent;
 /// use burn_sam_accum::AccumulationConfig;
 ///
 /// type B = Autodiff<Flex>;
-/// // Any Burn optimizer (here plain SGD), a `LossScaled` or a `Sam` one.
+/// // Any Burn optimizer (here plain SGD), a `MixedPrecision` or a `Sam` one.
 /// let sgd = SgdConfig::new().init::<B, Linear<B>>();
 /// let accumulation = AccumulationConfig::new(4).try_init(sgd)?;
 /// assert_eq!(accumulation.config().window, 4);

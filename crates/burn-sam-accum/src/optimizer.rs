@@ -1,12 +1,14 @@
 //! What an optimizer must do to step from a window of micro-batches, and how Burn's
-//! optimizers, `LossScaled` and `Sam` do it.
+//! optimizers, `MixedPrecision` and `Sam` do it.
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{GradientsParams, LearningRate, Optimizer, SimpleOptimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::strategy::{guarded_step, or_hand_back, StepLink};
-use burn_sam::{LossScaled, LossScaling, Sam, SamConfig, ScaledStepReport, StepError, StepReport};
+use burn_sam::strategy::{guarded_step, or_hand_back, Linkable, StepLink};
+use burn_sam::{
+    LossScaling, MixedPrecision, Sam, SamConfig, ScaledStepReport, StepError, StepReport,
+};
 
 use crate::ascent::Ascent;
 use crate::error::AccumError;
@@ -39,7 +41,7 @@ pub struct WindowReport {
 /// window.
 ///
 /// Implemented for Burn's optimizers ([`OptimizerAdaptor`]: SGD, Adam, AdamW, ...),
-/// [`LossScaled`] and [`Sam`]; the loss scale and the strategy's link come from
+/// [`MixedPrecision`] and [`Sam`]; the loss scale and the strategy's link come from
 /// [`LossScaling`].
 pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>:
     Optimizer<M, B> + LossScaling
@@ -76,7 +78,7 @@ pub trait WindowOptimizer<M: AutodiffModule<B>, B: AutodiffBackend>:
 }
 
 /// A step without SAM from the window's gradient (losses scaled through `link`): what Burn's
-/// optimizers and `LossScaled` share, `step` being each one's guarded step.
+/// optimizers and `MixedPrecision` share, `step` being each one's guarded step.
 fn guarded_window_step<M, B, T>(
     module: M,
     window: &mut Window<'_, M, T, B>,
@@ -120,7 +122,7 @@ where
     }
 }
 
-impl<O, M, B> WindowOptimizer<M, B> for LossScaled<O>
+impl<O, M, B> WindowOptimizer<M, B> for MixedPrecision<O>
 where
     O: Optimizer<M, B>,
     M: AutodiffModule<B>,

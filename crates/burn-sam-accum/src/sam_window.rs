@@ -4,8 +4,8 @@
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_sam::strategy::{or_hand_back, Passes, Phases};
-use burn_sam::{LossScaling, Sam, StepError, StepReport};
+use burn_sam::strategy::{or_hand_back, Linkable, Passes, Phases};
+use burn_sam::{Sam, StepError, StepReport};
 
 use crate::error::AccumError;
 use crate::grad_sum::WeightedSum;

@@ -7,12 +7,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use burn::module::{AutodiffModule, Module};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::SimpleOptimizer;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 
 use crate::checkpoint::{fingerprint, SavedModel};
 use crate::error::SamError;
 use crate::hand_back::StepError;
-use crate::handle::LossScaleHandle;
+use crate::mixed_precision::LossScaleHandle;
 use crate::protocol::{check_handed_scale, Handover, NextStep, Passes};
 use crate::seed::seed_pass;
 
@@ -29,7 +31,7 @@ struct Messages {
     pass_seed: Option<(u64, u64)>,
     /// What a strategy hands the next `Optimizer::step` (taken by the optimizer).
     handover: Option<Handover>,
-    /// Whether an optimizer reads the hand-overs (`Sam`, `LossScaled`); Burn's own
+    /// Whether an optimizer reads the hand-overs (`Sam`, `MixedPrecision`); Burn's own
     /// optimizers ([`StepLink::plain`]) have no reader.
     has_reader: bool,
     /// The `Learner` epoch a strategy is checkpointing and the fingerprint of the model saved
@@ -49,17 +51,6 @@ pub(crate) struct Checkpoint {
     pub epoch: Option<u64>,
     /// The fingerprint of the model saved beside it.
     pub fingerprint: Option<u64>,
-}
-
-/// What an `Optimizer::step` call is, once accepted: a direct call, or a strategy's hand-over
-/// whose loss scale is the optimizer's and vouches for the gradients; within a step, a call
-/// whose gradients' scale its first phase checked already (an adaptive ascent that goes on to
-/// the ascent or the base step).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Call {
-    Direct,
-    Handed(Handover),
-    Checked,
 }
 
 impl Channel {
@@ -146,18 +137,18 @@ impl Channel {
 
     /// What this `Optimizer::step` call is, for an optimizer whose loss scale is `expected`
     /// (`None` without loss scaling): a hand-over made for it, its scale checked, or a direct
-    /// call. A direct call while a hand-over to another optimizer is in flight on this thread
+    /// call (`None`). A direct call while a hand-over to another optimizer is in flight on this thread
     /// is refused: the strategy is linked to another optimizer than the one being stepped.
-    pub fn accept(&self, expected: Option<f32>) -> Result<Call, SamError> {
+    pub fn accept(&self, expected: Option<f32>) -> Result<Option<Handover>, SamError> {
         let handover = self.messages().handover.take();
         match handover {
             Some(handover) => {
                 in_flight::land();
                 check_handed_scale(handover.loss_scale(), expected)?;
-                Ok(Call::Handed(handover))
+                Ok(Some(handover))
             }
             None if in_flight::is_set() => Err(SamError::LinkedToAnotherOptimizer),
-            None => Ok(Call::Direct),
+            None => Ok(None),
         }
     }
 
@@ -177,17 +168,37 @@ impl Channel {
     }
 }
 
+/// An optimizer a training strategy (or a loop of one's own) links to: [`Sam`](crate::Sam),
+/// [`MixedPrecision`](crate::MixedPrecision) and Burn's own optimizers. Every one has
+/// [`LossScaling`](crate::LossScaling)'s methods through its link.
+pub trait Linkable {
+    /// The strategy's end of the step protocol with this optimizer
+    /// ([`strategy`](crate::strategy)).
+    fn step_link(&self) -> StepLink;
+}
+
+/// Burn's own optimizers scale no loss and read no hand-over.
+impl<O, M, B> Linkable for OptimizerAdaptor<O, M, B>
+where
+    O: SimpleOptimizer<B::InnerBackend>,
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    fn step_link(&self) -> StepLink {
+        StepLink::plain()
+    }
+}
+
 /// A strategy's end of the step protocol with one optimizer (see
-/// [`strategy`](crate::strategy)): from the optimizer's
-/// [`LossScaling::step_link`](crate::LossScaling::step_link), it follows the optimizer's
-/// updates and loaded records, and those of its clones.
+/// [`strategy`](crate::strategy)): from the optimizer's [`Linkable::step_link`], it follows
+/// the optimizer's updates and loaded records, and those of its clones.
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
 /// use burn::nn::Linear;
 /// use burn::optim::SgdConfig;
-/// use burn_sam::strategy::Passes;
-/// use burn_sam::{LossScaling, SamConfig};
+/// use burn_sam::strategy::{Linkable, Passes};
+/// use burn_sam::SamConfig;
 ///
 /// let sam = SamConfig::new().init(SgdConfig::new().init::<Autodiff<Flex>, Linear<Autodiff<Flex>>>());
 /// let link = sam.step_link();
@@ -258,7 +269,7 @@ impl StepLink {
     /// Says that the optimizer's next record is the checkpoint of `Learner` epoch `epoch`,
     /// saved beside `model`: a [`Sam`](crate::Sam) writes the epoch into its record's label (a
     /// refused resume names it), and [`Sam`](crate::Sam) and
-    /// [`LossScaled`](crate::LossScaled) the model's [`fingerprint`](crate::record::fingerprint),
+    /// [`MixedPrecision`](crate::MixedPrecision) the model's [`fingerprint`](crate::record::fingerprint),
     /// which [`StepLink::resume`] checks. One read of every weight.
     pub fn label_checkpoint<B: Backend, M: Module<B>>(&self, epoch: usize, model: &M) {
         self.channel.label_model(model);
@@ -340,10 +351,10 @@ mod tests {
     fn a_handover_is_taken_once_by_the_call_it_was_made_for() {
         let link = StepLink::new(LossScaleHandle::unscaled(), Channel::new());
         link.hand_over(HANDOVER);
-        assert_eq!(link.channel.accept(None), Ok(Call::Handed(HANDOVER)));
+        assert_eq!(link.channel.accept(None), Ok(Some(HANDOVER)));
         assert_eq!(link.check_taken(), Ok(()));
         // The next call without one is a direct call.
-        assert_eq!(link.channel.accept(None), Ok(Call::Direct));
+        assert_eq!(link.channel.accept(None), Ok(None));
     }
 
     #[test]
@@ -373,7 +384,7 @@ mod tests {
             channel.hand_over(Handover::Gradient { loss_scale });
             channel.accept(Some(256.0))
         };
-        assert!(matches!(handed(Some(256.0)), Ok(Call::Handed(_))));
+        assert!(matches!(handed(Some(256.0)), Ok(Some(_))));
         assert_eq!(handed(None), Err(SamError::UnscaledLoss));
         let mismatch = SamError::LossScaleMismatch {
             expected: 256.0,

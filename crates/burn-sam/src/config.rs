@@ -4,7 +4,7 @@
 use burn::config::Config;
 
 use crate::error::{ConfigError, SamError};
-use crate::scaler::LossScalerConfig;
+use crate::mixed_precision::LossScalerConfig;
 use crate::schedule::SamSchedule;
 use crate::variant::{DescentFrom, RhoSchedule, SamVariant};
 

@@ -110,7 +110,7 @@ impl fmt::Display for LossScaleError {
 impl std::error::Error for LossScaleError {}
 
 /// What went wrong when configuring or stepping a [`Sam`](crate::Sam) or
-/// [`LossScaled`](crate::LossScaled) optimizer.
+/// [`MixedPrecision`](crate::MixedPrecision) optimizer.
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};

@@ -6,7 +6,7 @@ use burn::record::Record;
 use crate::config::SamConfig;
 use crate::error::SamError;
 use crate::family::VariantRecord;
-use crate::precision::MixedPrecisionRecord;
+use crate::mixed_precision::MixedPrecisionRecord;
 use crate::variant::{SamVariant, VariantProperties};
 
 /// The format of burn-sam's own part of a record that this build writes and reads: 1 since
@@ -58,17 +58,6 @@ impl SamRecordLabel {
             epoch: None,
         }
     }
-}
-
-/// How a record that can be continued is loaded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Resume {
-    /// Everything in it, as saved.
-    Exactly,
-    /// Without the variant's state: the record's variant keeps none (SAM, GSAM, or a record
-    /// from before labels without any), so the optimizer's variant starts its state as at its
-    /// first step.
-    FreshVariantState,
 }
 
 /// What a record holds, read from its label or, without one (format 0), from its contents.
@@ -190,13 +179,16 @@ fn unlabelled_state(optimizer: String) -> SamError {
 }
 
 /// Whether an optimizer of `config` can continue from a record with `label`, `variant` and
-/// `mixed_precision`, and how; the error names both sides and the fix.
+/// `mixed_precision`, and whether the record's variant state continues: when it is not, the
+/// record's variant keeps none (SAM, GSAM, or a record from before labels without any) and
+/// the optimizer's variant starts its state as at its first step. The error names both sides
+/// and the fix.
 pub(crate) fn check_resume(
     config: &SamConfig,
     label: Option<&SamRecordLabel>,
     variant: &VariantRecord,
     mixed_precision: &MixedPrecisionRecord,
-) -> Result<Resume, SamError> {
+) -> Result<bool, SamError> {
     let own = SamRecordLabel::of(config);
     let optimizer = own.describe_optimizer();
     let Some(holds) = Holds::read(label, variant, mixed_precision) else {
@@ -226,21 +218,20 @@ pub(crate) fn check_resume(
     }
     let own_name = config.variant.name();
     let same = |label: &SamRecordLabel| named(&label.variant).is_some_and(|p| p.name == own_name);
-    let resume = match holds.variant.as_deref() {
-        None if label.is_some_and(same) => Resume::Exactly,
-        None => Resume::FreshVariantState,
-        Some(variant) if variant == own_name => Resume::Exactly,
+    let continues = match holds.variant.as_deref() {
+        None => label.is_some_and(same),
+        Some(variant) if variant == own_name => true,
         Some(variant) => {
             fixes.push(format!(
                 "{own_name}'s state cannot continue {variant}'s: resume with the configuration \
                  that saved it (`SamVariant` {variant}), or start {own_name} from a fresh \
                  optimizer"
             ));
-            Resume::Exactly
+            true
         }
     };
     let Some(fix) = joined(fixes) else {
-        return Ok(resume);
+        return Ok(continues);
     };
     Err(SamError::RecordMismatch {
         epoch: holds.epoch,
@@ -270,7 +261,12 @@ fn joined(mut fixes: Vec<String>) -> Option<String> {
 mod tests {
     use super::*;
     use crate::family::ParamValuesRecord;
-    use crate::scaler::LossScalerConfig;
+    use crate::mixed_precision::LossScalerConfig;
+
+    /// What [`check_resume`] says of a record whose variant state continues, and of one whose
+    /// variant keeps none.
+    const EXACTLY: bool = true;
+    const FRESH_VARIANT_STATE: bool = false;
 
     fn with_state(rho: f64) -> VariantRecord {
         VariantRecord {
@@ -303,7 +299,7 @@ mod tests {
         let resume = |config: &SamConfig, label: &SamRecordLabel| {
             check_resume(config, Some(label), &with_state(1.0), &unscaled())
         };
-        assert_eq!(resume(&msam, &label), Ok(Resume::Exactly));
+        assert_eq!(resume(&msam, &label), Ok(EXACTLY));
         let refused = resume(&look, &label).unwrap_err().to_string();
         assert!(
             refused.contains("Momentum-SAM state") && refused.contains("LookSAM's state cannot"),
@@ -311,10 +307,10 @@ mod tests {
         );
         // SAM and GSAM keep no state: any variant starts its own from zero.
         let sam = SamRecordLabel::of(&SamConfig::new());
-        assert_eq!(resume(&msam, &sam), Ok(Resume::FreshVariantState));
-        assert_eq!(resume(&SamConfig::new(), &sam), Ok(Resume::Exactly));
+        assert_eq!(resume(&msam, &sam), Ok(FRESH_VARIANT_STATE));
+        assert_eq!(resume(&SamConfig::new(), &sam), Ok(EXACTLY));
         let gsam = config(SamVariant::gsam());
-        assert_eq!(resume(&gsam, &sam), Ok(Resume::FreshVariantState));
+        assert_eq!(resume(&gsam, &sam), Ok(FRESH_VARIANT_STATE));
         // A newer format, another loss scaling, other master weights: refused.
         let newer = SamRecordLabel {
             format: RECORD_FORMAT + 1,
@@ -353,7 +349,7 @@ mod tests {
             check_resume(config, Some(label), &with_state(0.0), &unscaled())
         };
         for label in [&label, &format_1] {
-            assert_eq!(resume(&fsam, label), Ok(Resume::Exactly));
+            assert_eq!(resume(&fsam, label), Ok(EXACTLY));
             let refused = resume(&config(SamVariant::look_sam()), label).unwrap_err();
             let refused = refused.to_string();
             assert!(refused.contains("it holds Friendly-SAM state"), "{refused}");
@@ -365,8 +361,8 @@ mod tests {
             ..SamRecordLabel::of(&gsam)
         };
         for label in [SamRecordLabel::of(&gsam), by_name] {
-            assert_eq!(resume(&gsam, &label), Ok(Resume::Exactly));
-            assert_eq!(resume(&fsam, &label), Ok(Resume::FreshVariantState));
+            assert_eq!(resume(&gsam, &label), Ok(EXACTLY));
+            assert_eq!(resume(&fsam, &label), Ok(FRESH_VARIANT_STATE));
         }
     }
 
@@ -400,11 +396,11 @@ mod tests {
         let empty = VariantRecord::default();
         assert_eq!(
             check_resume(&fsam, None, &empty, &unscaled()),
-            Ok(Resume::FreshVariantState)
+            Ok(FRESH_VARIANT_STATE)
         );
         assert_eq!(
             check_resume(&msam, None, &with_state(1.0), &unscaled()),
-            Ok(Resume::Exactly)
+            Ok(EXACTLY)
         );
         let ambiguous = check_resume(&fsam, None, &with_state(0.0), &unscaled());
         assert!(ambiguous

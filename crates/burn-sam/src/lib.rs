@@ -27,7 +27,7 @@
 //!
 //! Mixed precision: [`SamConfig::loss_scaling`] turns on dynamic loss scaling
 //! ([`LossScaler`], PyTorch `GradScaler`'s rule) with overflow-safe ascent and descent, and
-//! parameters narrower than f32 are stepped through f32 master weights. [`LossScaled`] gives
+//! parameters narrower than f32 are stepped through f32 master weights. [`MixedPrecision`] gives
 //! any Burn optimizer the same without SAM; [`cast_params`] makes a model f16.
 //!
 //! Errors hand the module back ([`StepError`]): no call that takes the model by value loses it.
@@ -54,20 +54,16 @@ mod family;
 mod filter;
 mod float;
 mod grad_map;
-mod handle;
 mod label;
 mod local_ascent;
-mod loss_scaled;
-mod loss_scaling;
 mod merge;
+mod mixed_precision;
 mod moved;
 mod norm;
 mod param_map;
 mod perturb;
-mod precision;
 mod protocol;
 mod sam;
-mod scaler;
 mod schedule;
 mod seed;
 mod state;
@@ -79,13 +75,12 @@ pub use config::SamConfig;
 pub use device::diagnostics;
 pub use error::{ConfigError, LossScaleError, SamError};
 pub use hand_back::StepError;
-pub use handle::LossScaleHandle;
-pub use loss_scaled::{LossScaled, LossScaledConfig};
-pub use loss_scaling::LossScaling;
+pub use mixed_precision::{
+    LossScaleHandle, LossScaler, LossScalerConfig, LossScaling, MixedPrecision,
+    MixedPrecisionConfig, ScaledStepReport,
+};
 pub use norm::grad_norm;
-pub use precision::ScaledStepReport;
 pub use sam::{Sam, SamStats, SamStep, StepOutcome, StepReport};
-pub use scaler::{LossScaler, LossScalerConfig};
 pub use schedule::SamSchedule;
 pub use seed::pass_seed;
 pub use variant::{RhoSchedule, SamVariant};
@@ -96,9 +91,9 @@ pub mod record {
     pub use crate::checkpoint::{fingerprint, NarrowParamRecord, SavedModelRecord};
     pub use crate::family::{ParamValuesRecord, VariantRecord};
     pub use crate::label::{SamRecordLabel, RECORD_FORMAT};
-    pub use crate::precision::{MasterWeightRecord, MixedPrecisionRecord};
+    pub use crate::mixed_precision::LossScalerRecord;
+    pub use crate::mixed_precision::{MasterWeightRecord, MixedPrecisionRecord};
     pub use crate::sam::SamRecord;
-    pub use crate::scaler::LossScalerRecord;
     pub use crate::schedule::ScheduleRecord;
 }
 

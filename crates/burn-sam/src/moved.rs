@@ -30,14 +30,14 @@ pub type ParamValuesRecord = crate::family::ParamValuesRecord;
     since = "0.2.0",
     note = "moved to `burn_sam::record::MixedPrecisionRecord`"
 )]
-pub type MixedPrecisionRecord = crate::precision::MixedPrecisionRecord;
+pub type MixedPrecisionRecord = crate::mixed_precision::MixedPrecisionRecord;
 
 #[doc(hidden)]
 #[deprecated(
     since = "0.2.0",
     note = "moved to `burn_sam::record::MasterWeightRecord`"
 )]
-pub type MasterWeightRecord = crate::precision::MasterWeightRecord;
+pub type MasterWeightRecord = crate::mixed_precision::MasterWeightRecord;
 
 #[doc(hidden)]
 #[deprecated(
@@ -58,7 +58,7 @@ pub type NarrowParamRecord = crate::checkpoint::NarrowParamRecord;
     since = "0.2.0",
     note = "moved to `burn_sam::record::LossScalerRecord`"
 )]
-pub type LossScalerRecord = crate::scaler::LossScalerRecord;
+pub type LossScalerRecord = crate::mixed_precision::LossScalerRecord;
 
 #[doc(hidden)]
 #[deprecated(since = "0.2.0", note = "moved to `burn_sam::record::ScheduleRecord`")]
@@ -88,6 +88,14 @@ pub type DescentFrom = crate::variant::DescentFrom;
 pub type PendingAscent = crate::sam::PendingAscent;
 
 #[doc(hidden)]
+#[deprecated(since = "0.2.0", note = "renamed `burn_sam::MixedPrecision`")]
+pub type LossScaled<O> = crate::mixed_precision::MixedPrecision<O>;
+
+#[doc(hidden)]
+#[deprecated(since = "0.2.0", note = "renamed `burn_sam::MixedPrecisionConfig`")]
+pub type LossScaledConfig = crate::mixed_precision::MixedPrecisionConfig;
+
+#[doc(hidden)]
 #[deprecated(since = "0.2.0", note = "moved to `burn_sam::record::RECORD_FORMAT`")]
 pub const RECORD_FORMAT: u32 = crate::label::RECORD_FORMAT;
 
@@ -110,5 +118,7 @@ mod tests {
         assert_eq!(rule, crate::variant::PassRule::Two);
         assert_eq!(crate::RECORD_FORMAT, crate::record::RECORD_FORMAT);
         let _: Option<crate::PendingAscent> = None::<crate::strategy::PendingAscent>;
+        let scaling = crate::LossScalerConfig::new();
+        let _: crate::MixedPrecision<()> = crate::LossScaledConfig::new(scaling).init(());
     }
 }

@@ -1,14 +1,14 @@
 //! For training strategies and other code that runs an optimizer's passes without holding it
 //! (`burn_sam_accum` builds on this): the step protocol, SAM's phases beyond `ascend` and
 //! `descend`, and the building blocks of a step. Training with [`Sam`](crate::Sam) or
-//! [`LossScaled`](crate::LossScaled) needs nothing here.
+//! [`MixedPrecision`](crate::MixedPrecision) needs nothing here.
 //!
 //! # The step protocol
 //! Burn's `Learner` reaches its optimizer only through `Optimizer::step(lr, module, grads)`.
-//! A strategy holds a [`StepLink`] to it instead (from
-//! [`LossScaling::step_link`](crate::LossScaling::step_link)); values cross it one way each:
-//! the optimizer publishes what its next step takes ([`StepLink::next_step`]), the strategy
-//! says what it hands each `step` call ([`StepLink::hand_over`]). One optimizer step:
+//! A strategy holds a [`StepLink`] to it instead (from [`Linkable::step_link`]); values cross
+//! it one way each: the optimizer publishes what its next step takes
+//! ([`StepLink::next_step`]), the strategy says what it hands each `step` call
+//! ([`StepLink::hand_over`]). One optimizer step:
 //!
 //! 1. `next = link.next_step()`: [`Passes::Two`] (SAM), [`Passes::One`] (LookSAM between
 //!    its full steps, optimizers without SAM) or [`Passes::LookAhead`] (Momentum-SAM), and the
@@ -38,12 +38,12 @@
 //! is a hand-over left untaken by the call it was made for ([`StepLink::check_taken`]): the
 //! strategy holds a link to another optimizer than the one it steps.
 
-pub use crate::channel::StepLink;
+pub use crate::channel::{Linkable, StepLink};
 pub use crate::device::transfers_through_host;
 pub use crate::float::widen;
 pub use crate::grad_map::{map_grads, GradMap, ParamGrad};
 pub use crate::local_ascent::{perturb, Perturbation};
+pub use crate::mixed_precision::guarded_step;
 pub use crate::or_hand_back;
-pub use crate::precision::guarded_step;
 pub use crate::protocol::{Handover, NextStep, Passes};
 pub use crate::sam::{PendingAscent, Phases};

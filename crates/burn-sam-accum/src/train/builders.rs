@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use burn::tensor::Device;
 use burn::train::{LearningComponentsTypes, TrainingModel, TrainingStrategy};
+use burn_sam::strategy::Linkable;
 use burn_sam::ConfigError;
-use burn_sam::LossScaling;
 
 #[cfg(feature = "mpi")]
 use super::peers;

@@ -38,7 +38,7 @@
 //! alone validates, reports metrics and writes checkpoints.
 //!
 //! Loss scaling (f16 models): wrap the optimizer with loss scaling ([`SamConfig::loss_scaling`]
-//! or [`LossScaled`](burn_sam::LossScaled)) and call [`scale_loss`] on the loss the
+//! or [`MixedPrecision`](burn_sam::MixedPrecision)) and call [`scale_loss`] on the loss the
 //! `TrainStep` back-propagates (on every replica's thread: the strategy sets the pass's scale
 //! there, and hands the same scale to the optimizer with the gradients).
 //! One scale serves all replicas; a non-finite gradient on any of them skips the step for all,

@@ -28,7 +28,7 @@ pub fn closing_sync() -> bool {
 /// How many times burn-sam has read values back from the device in this process. A SAM step
 /// reads once on a GPU backend (both passes' gradient norms, which decide whether it is
 /// applied) and once per pass on a CPU backend (Flex, NdArray), where a read waits for
-/// nothing; a `LossScaled` step once; records read the master weights and the variants'
+/// nothing; a `MixedPrecision` step once; records read the master weights and the variants'
 /// state; data-parallel training reads each tensor it moves between devices through the host
 /// (lavapipe) and each gradient tensor it exchanges across MPI ranks. Reads made by your own
 /// code are not counted, unless they go through [`read_back`].

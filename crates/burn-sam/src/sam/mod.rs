@@ -13,15 +13,13 @@ mod strategy_phases;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::channel::{Channel, StepLink};
+use crate::channel::{Channel, Linkable, StepLink};
 use crate::config::SamConfig;
 use crate::error::{ConfigError, SamError};
 use crate::family::{FamilyRules, Plan};
-use crate::label::{check_resume, Resume};
-use crate::loss_scaling::LossScaling;
-use crate::precision::MixedPrecision;
+use crate::label::check_resume;
+use crate::mixed_precision::{LossScalerConfig, Precision};
 use crate::protocol::Passes;
-use crate::scaler::LossScalerConfig;
 
 use pending::Pending;
 pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
@@ -61,7 +59,7 @@ pub use strategy_phases::Phases;
 /// [`SamError::UnlinkedStep`], naming the fix.
 ///
 /// With loss scaling on, every phase needs the gradients of a loss scaled by this optimizer
-/// ([`LossScaling::scale_loss`], or the [`LossScaleHandle`](crate::LossScaleHandle)'s): a
+/// ([`LossScaling::scale_loss`](crate::LossScaling::scale_loss), or the [`LossScaleHandle`](crate::LossScaleHandle)'s): a
 /// phase whose loss nobody scaled is refused with [`SamError::UnscaledLoss`].
 ///
 /// ```
@@ -88,7 +86,7 @@ pub struct Sam<O> {
     base: O,
     pending: Option<Pending>,
     stats: SamStats,
-    precision: MixedPrecision,
+    precision: Precision,
     family: FamilyRules,
     channel: Channel,
     /// `Optimizer::step` without a strategy's hand-over is the caller's own pass loop.
@@ -97,7 +95,7 @@ pub struct Sam<O> {
 }
 
 impl<O> Sam<O> {
-    pub(crate) fn new(config: SamConfig, base: O, precision: MixedPrecision) -> Self {
+    pub(crate) fn new(config: SamConfig, base: O, precision: Precision) -> Self {
         let sam = Self {
             family: FamilyRules::new(config.variant.clone(), config.eps, config.schedule.clone()),
             config,
@@ -172,7 +170,8 @@ impl<O> Sam<O> {
         self.resume_as(record).map(drop)
     }
 
-    fn resume_as(&self, record: &SamRecord) -> Result<Resume, SamError> {
+    /// Whether this optimizer can continue `record`, and whether its variant state continues.
+    fn resume_as(&self, record: &SamRecord) -> Result<bool, SamError> {
         check_resume(
             &self.config,
             record.label.as_ref(),
@@ -272,7 +271,7 @@ impl<O> Sam<O> {
     }
 }
 
-impl<O> LossScaling for Sam<O> {
+impl<O> Linkable for Sam<O> {
     fn step_link(&self) -> StepLink {
         StepLink::new(self.precision.handle().clone(), self.channel.clone())
     }
@@ -319,7 +318,7 @@ impl SamConfig {
             .map(LossScalerConfig::try_init)
             .transpose()?;
         let precision =
-            MixedPrecision::new(scaler, self.master_weights).with_max_grad_norm(self.max_grad_norm);
+            Precision::new(scaler, self.master_weights).with_max_grad_norm(self.max_grad_norm);
         Ok(Sam::new(self.clone(), base, precision))
     }
 }

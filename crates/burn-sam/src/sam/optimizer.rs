@@ -6,70 +6,54 @@ use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer
 use burn::tensor::backend::AutodiffBackend;
 
 use super::{Sam, SamRecord};
-use crate::channel::Call;
 use crate::error::SamError;
 use crate::family::VariantRecord;
 use crate::hand_back::StepError;
-use crate::label::{Resume, SamRecordLabel};
+use crate::label::SamRecordLabel;
 use crate::merge::merge_devices;
 use crate::protocol::Handover;
 
-/// What one `Optimizer::step` call is, decided before it runs ([`Sam::phase`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Phase {
-    /// [`Sam::ascend`] (Momentum-SAM's: with no gradients, to its look-ahead).
-    Ascent,
-    /// [`Sam::descend`]: after an ascent, or a one-pass step.
-    Descent,
-    /// Data-parallel SAM with local ascents ([`Handover::LocalDescent`]): each replica moved
-    /// its own copy of the module with its own gradient, and the gradients are the
-    /// combination of the replicas' gradients at their perturbed weights. Steps the module,
-    /// which stayed at `w`; the report's `ascent_grad_norm` is NaN (each replica had its own).
-    LocalDescent,
-}
-
 impl<O> Sam<O> {
-    /// The phase an accepted `step` call is, or why the call is refused: a direct call needs
-    /// [`Sam::step_per_pass`] and then alternates ascent and descent, as a strategy's
-    /// gradient hand-overs do; local descents are SAM's alone, and never while an ascent
+    /// Refuses an `Optimizer::step` call that cannot run: a direct call needs
+    /// [`Sam::step_per_pass`]; local descents are SAM's alone, and never while an ascent
     /// waits.
-    pub(super) fn phase(&self, call: Call) -> Result<Phase, SamError> {
-        let Call::Handed(handover) = call else {
-            return match (self.step_per_pass, self.needs_ascent()) {
-                (false, _) => Err(self.unlinked_step()),
-                (true, true) => Ok(Phase::Ascent),
-                (true, false) => Ok(Phase::Descent),
-            };
-        };
+    fn check_call(&self, handover: Option<Handover>) -> Result<(), SamError> {
         match handover {
-            Handover::Gradient { .. } if self.needs_ascent() => Ok(Phase::Ascent),
-            Handover::Gradient { .. } => Ok(Phase::Descent),
-            Handover::LocalDescent { .. } if self.pending.is_some() => Err(SamError::AscentPending),
-            Handover::LocalDescent { .. } => {
-                self.config.check_local_ascent()?;
-                Ok(Phase::LocalDescent)
+            None if !self.step_per_pass => Err(self.unlinked_step()),
+            Some(Handover::LocalDescent { .. }) if self.pending.is_some() => {
+                Err(SamError::AscentPending)
             }
+            Some(Handover::LocalDescent { .. }) => self.config.check_local_ascent(),
+            _ => Ok(()),
         }
     }
 
-    /// Runs the phase of `call`.
-    fn run_phase<M, B>(
+    /// Runs an accepted call: a direct call or a strategy's gradient hand-over is the ascent
+    /// while one is needed and the descent after it (or a one-pass step); a local descent
+    /// ([`Handover::LocalDescent`]) steps the module, which stayed at `w`, with the
+    /// combination of the replicas' gradients, each at its own perturbed copy (its report's
+    /// `ascent_grad_norm` is NaN).
+    fn run_call<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        call: Call,
+        handover: Option<Handover>,
     ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        let phase = or_hand_back!(self.phase(call), module);
-        let stepped = match phase {
-            Phase::Ascent => return self.ascent(lr, module, grads, call),
-            Phase::Descent => self.descent(lr, module, grads, call),
-            Phase::LocalDescent => self.step_descent(lr, module, grads, call, None),
+        or_hand_back!(self.check_call(handover), module);
+        if handover.is_some() {
+            // The channel checked the hand-over's loss scale.
+            self.precision.vouch();
+        }
+        let stepped = match handover {
+            Some(Handover::LocalDescent { .. }) => self.step_descent(lr, module, grads, None),
+            _ if self.needs_ascent() => return self.ascend(lr, module, grads),
+            _ => self.descend(lr, module, grads),
         };
         stepped.map(|(module, _)| module)
     }
@@ -99,7 +83,7 @@ where
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
         let expected = self.precision.scaler().map(|_| self.precision.loss_scale());
         let stepped = match self.channel.accept(expected) {
-            Ok(call) => self.run_phase(lr, module, grads, call),
+            Ok(handover) => self.run_call(lr, module, grads, handover),
             Err(error) => Err(StepError::new(module, error)),
         };
         stepped.unwrap_or_else(|error| panic!("{error}"))
@@ -135,7 +119,7 @@ where
     /// On a record this optimizer cannot continue exactly, before changing anything, with the
     /// message of [`Sam::check_record`]'s error (see [`SamRecord`]).
     fn load_record(mut self, (base, own): Self::Record) -> Self {
-        let resume = self
+        let continues = self
             .resume_as(&own)
             .unwrap_or_else(|error| panic!("{error}"));
         self.base = self.base.load_record(base);
@@ -144,9 +128,9 @@ where
         let saved = self.precision.load_record(own.mixed_precision);
         let saved = saved.with_base_state::<B, _>(masters, || self.base.to_record());
         self.channel.publish_saved_model(saved);
-        let variant = match resume {
-            Resume::Exactly => own.variant,
-            Resume::FreshVariantState => VariantRecord::default(),
+        let variant = match continues {
+            true => own.variant,
+            false => VariantRecord::default(),
         };
         self.family
             .load_record(variant, own.stats.steps, own.schedule);
@@ -171,45 +155,41 @@ mod tests {
         SamConfig::new().with_variant(variant).init(())
     }
 
-    const GRADIENT: Call = Call::Handed(Handover::Gradient { loss_scale: None });
-    const LOCAL: Call = Call::Handed(Handover::LocalDescent { loss_scale: None });
+    const GRADIENT: Option<Handover> = Some(Handover::Gradient { loss_scale: None });
+    const LOCAL: Option<Handover> = Some(Handover::LocalDescent { loss_scale: None });
 
     #[test]
-    fn a_direct_call_needs_the_opt_in_and_then_alternates() {
+    fn a_direct_call_needs_the_opt_in() {
         let unlinked = |variant: &'static str, look_ahead| SamError::UnlinkedStep {
             variant,
             look_ahead,
         };
         assert_eq!(
-            sam(SamVariant::Sam).phase(Call::Direct),
+            sam(SamVariant::Sam).check_call(None),
             Err(unlinked("SAM", false))
         );
         let momentum = sam(SamVariant::momentum_sam());
         assert_eq!(
-            momentum.phase(Call::Direct),
+            momentum.check_call(None),
             Err(unlinked("Momentum-SAM", true))
         );
-        assert_eq!(
-            sam(SamVariant::Sam).step_per_pass().phase(Call::Direct),
-            Ok(Phase::Ascent)
-        );
-        // Momentum-SAM's step starts with its ascent to the look-ahead, as SAM's does.
-        assert_eq!(
-            momentum.step_per_pass().phase(Call::Direct),
-            Ok(Phase::Ascent)
-        );
+        // Then the first call is the ascent, Momentum-SAM's (to its look-ahead) as SAM's.
+        for variant in [SamVariant::Sam, SamVariant::momentum_sam()] {
+            let opted_in = sam(variant).step_per_pass();
+            assert_eq!(opted_in.check_call(None), Ok(()));
+            assert!(opted_in.needs_ascent());
+        }
     }
 
     #[test]
-    fn a_handover_picks_the_phase() {
-        assert_eq!(sam(SamVariant::Sam).phase(GRADIENT), Ok(Phase::Ascent));
-        let momentum = sam(SamVariant::momentum_sam());
-        assert_eq!(momentum.phase(GRADIENT), Ok(Phase::Ascent));
-        assert_eq!(sam(SamVariant::Sam).phase(LOCAL), Ok(Phase::LocalDescent));
+    fn local_descents_are_sams_alone() {
+        assert_eq!(sam(SamVariant::Sam).check_call(GRADIENT), Ok(()));
+        assert_eq!(sam(SamVariant::Sam).check_call(LOCAL), Ok(()));
         for variant in [SamVariant::gsam(), SamVariant::momentum_sam()] {
             let name = variant.name();
+            assert_eq!(sam(variant.clone()).check_call(GRADIENT), Ok(()));
             assert_eq!(
-                sam(variant).phase(LOCAL),
+                sam(variant).check_call(LOCAL),
                 Err(SamError::LocalAscentVariant { variant: name })
             );
         }
@@ -224,14 +204,16 @@ mod tests {
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let mut sam = SamConfig::new().init(SgdConfig::new().init::<B, Linear<B>>());
         let _perturbed = sam.ascend(0.1, model.clone(), grads).unwrap();
-        assert_eq!(sam.phase(GRADIENT), Ok(Phase::Descent));
-        assert_eq!(sam.phase(LOCAL), Err(SamError::AscentPending));
+        assert_eq!(sam.check_call(GRADIENT), Ok(()));
+        assert!(!sam.needs_ascent());
+        assert_eq!(sam.check_call(LOCAL), Err(SamError::AscentPending));
         // Momentum-SAM's look-ahead is pending the same way.
         let sgd = SgdConfig::new().init::<B, Linear<B>>();
         let mut momentum = SamConfig::new()
             .with_variant(SamVariant::momentum_sam())
             .init(sgd);
         let _ahead = momentum.ascend(0.1, model, GradientsParams::new()).unwrap();
-        assert_eq!(momentum.phase(GRADIENT), Ok(Phase::Descent));
+        assert!(!momentum.needs_ascent());
+        assert_eq!(momentum.check_call(LOCAL), Err(SamError::AscentPending));
     }
 }

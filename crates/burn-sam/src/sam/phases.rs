@@ -29,7 +29,6 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::pending::Pending;
 use super::{PendingAscent, Sam, StepOutcome, StepReport};
-use crate::channel::Call;
 use crate::error::SamError;
 use crate::family::Plan;
 use crate::filter::perturbed_params;
@@ -82,24 +81,6 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        self.ascent(lr, module, grads, Call::Direct)
-    }
-
-    /// [`Sam::ascend`], for a `call` that may be a strategy's hand-over: the module at which
-    /// the step's next pass is taken, or, when no descent is awaited after it (an adaptive
-    /// schedule's base step), the stepped `w` (its report is the last).
-    pub(super) fn ascent<M, B>(
-        &mut self,
-        lr: LearningRate,
-        module: M,
-        grads: GradientsParams,
-        call: Call,
-    ) -> Result<M, StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-        O: Optimizer<M, B>,
-    {
         if self.pending.is_some() {
             return Err(StepError::new(module, SamError::AscentPending));
         }
@@ -119,8 +100,8 @@ impl<O> Sam<O> {
             return Ok(module);
         }
         let taken = match plan {
-            Plan::Decide => self.decided_ascent(lr, module, grads, call),
-            _ => self.gradient_ascent(lr, module, grads, call),
+            Plan::Decide => self.decided_ascent(lr, module, grads),
+            _ => self.gradient_ascent(lr, module, grads),
         };
         if taken.is_err() {
             self.family.replan();
@@ -135,7 +116,6 @@ impl<O> Sam<O> {
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        call: Call,
     ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
@@ -143,12 +123,14 @@ impl<O> Sam<O> {
         O: Optimizer<M, B>,
     {
         // The scale first, as every ascent checks it: a refused step has used the mark.
-        or_hand_back!(self.precision.check_scaled(call), module);
+        or_hand_back!(self.precision.check_scaled(), module);
         let norm = or_hand_back!(self.precision.grad_norm(&module, &grads), module);
+        // Checked: the phase decided on takes the same gradients.
+        self.precision.vouch();
         match self.family.decide(norm * norm) {
-            Plan::Ascent => self.gradient_ascent(lr, module, grads, Call::Checked),
+            Plan::Ascent => self.gradient_ascent(lr, module, grads),
             _ => self
-                .step_descent(lr, module, grads, Call::Checked, Some(norm))
+                .step_descent(lr, module, grads, Some(norm))
                 .map(|(module, _)| module),
         }
     }
@@ -159,13 +141,12 @@ impl<O> Sam<O> {
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        call: Call,
     ) -> Result<M, StepError<M>>
     where
         M: AutodiffModule<B>,
         B: AutodiffBackend,
     {
-        or_hand_back!(self.precision.check_scaled(call), module);
+        or_hand_back!(self.precision.check_scaled(), module);
         let picked = or_hand_back!(
             perturbed_params(&module, self.config.perturb_only.as_deref()),
             module
@@ -229,27 +210,11 @@ impl<O> Sam<O> {
         B: AutodiffBackend,
         O: Optimizer<M, B>,
     {
-        self.descent(lr, module, grads, Call::Direct)
-    }
-
-    /// [`Sam::descend`], for a `call` that may be a strategy's hand-over.
-    pub(super) fn descent<M, B>(
-        &mut self,
-        lr: LearningRate,
-        module: M,
-        grads: GradientsParams,
-        call: Call,
-    ) -> Result<(M, StepReport), StepError<M>>
-    where
-        M: AutodiffModule<B>,
-        B: AutodiffBackend,
-        O: Optimizer<M, B>,
-    {
         // A step planned with an ascent needs it first; a one-pass step is the descent alone.
         if self.pending.is_some() || self.family.plan().ascends() {
             or_hand_back!(self.check_pending(&module), module);
         }
-        self.step_descent(lr, module, grads, call, None)
+        self.step_descent(lr, module, grads, None)
     }
 
     /// The descent's step, once the pending ascent (if any) is known to match `module`;
@@ -259,7 +224,6 @@ impl<O> Sam<O> {
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        call: Call,
         known_norm: Option<f64>,
     ) -> Result<(M, StepReport), StepError<M>>
     where
@@ -272,7 +236,7 @@ impl<O> Sam<O> {
         // An adaptive base step's norm was read for its decision: no second read.
         let descent = self
             .precision
-            .check_scaled(call)
+            .check_scaled()
             .and_then(|()| match known_norm {
                 Some(_) => Ok(None),
                 None => self.precision.grad_squares(&module, &grads),

@@ -6,7 +6,7 @@ use burn::tensor::Tensor;
 
 use crate::family::{Plan, VariantRecord};
 use crate::label::SamRecordLabel;
-use crate::precision::MixedPrecisionRecord;
+use crate::mixed_precision::MixedPrecisionRecord;
 use crate::schedule::ScheduleRecord;
 
 /// What [`Sam::ascend`](super::Sam::ascend) did, as its descent (or

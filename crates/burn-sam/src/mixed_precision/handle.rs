@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use super::LossScaler;
 use crate::float::widen;
-use crate::scaler::LossScaler;
 
 /// A shared view of an optimizer's loss scale and overflow count, and the way code that
 /// computes its gradients without holding it scales their loss. It follows every update and
@@ -102,6 +102,10 @@ impl LossScaleHandle {
     }
 
     /// Whether a loss was scaled since the last call.
+    pub(crate) fn mark_loss_scaled(&self) {
+        self.shared().loss_scaled = true;
+    }
+
     pub(crate) fn take_loss_scaled(&self) -> bool {
         std::mem::take(&mut self.shared().loss_scaled)
     }
@@ -117,7 +121,9 @@ mod tests {
 
     #[test]
     fn a_scaled_loss_vouches_for_one_phase() {
-        let scaler = crate::scaler::LossScalerConfig::new().try_init().unwrap();
+        let scaler = crate::mixed_precision::LossScalerConfig::new()
+            .try_init()
+            .unwrap();
         let handle = LossScaleHandle::new(Some(&scaler));
         assert!(!handle.take_loss_scaled());
         let loss =

@@ -1,41 +1,36 @@
-//! What every optimizer a strategy or a loop of one's own scales losses for offers: its link,
-//! and through it the loss scale, the same for [`Sam`](crate::Sam),
-//! [`LossScaled`](crate::LossScaled) and Burn's own optimizers.
+//! What every linked optimizer offers a loop of one's own: its loss scale, and the labelling
+//! and resume of its checkpoints, the same for [`Sam`](crate::Sam),
+//! [`MixedPrecision`](crate::MixedPrecision) and Burn's own optimizers.
 
-use burn::module::{AutodiffModule, Module};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::SimpleOptimizer;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::module::Module;
+use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::channel::StepLink;
+use super::LossScaleHandle;
+use crate::channel::Linkable;
 use crate::hand_back::StepError;
-use crate::handle::LossScaleHandle;
 
-/// An optimizer's loss scale and the link a training strategy steps it through.
+/// An optimizer's loss scale, and the labelling and resume of its checkpoints: every
+/// [`Linkable`](crate::strategy::Linkable) optimizer has them, read through its link.
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 /// use burn::tensor::Tensor;
-/// use burn_sam::{LossScaledConfig, LossScalerConfig, LossScaling};
+/// use burn_sam::{MixedPrecisionConfig, LossScalerConfig, LossScaling};
 ///
 /// type B = Autodiff<Flex>;
 /// let device = Default::default();
 /// let mut model: Linear<B> = LinearConfig::new(3, 1).init(&device);
 /// let scaling = LossScalerConfig::new().with_init_scale(1024.0);
-/// let mut optim = LossScaledConfig::new(scaling).init(SgdConfig::new().init());
+/// let mut optim = MixedPrecisionConfig::new(scaling).init(SgdConfig::new().init());
 /// let loss = model.forward(Tensor::<B, 2>::ones([2, 3], &device)).sum();
 /// let grads = GradientsParams::from_grads(optim.scale_loss(loss).backward(), &model);
 /// model = optim.step(0.1, model, grads);
 /// assert_eq!(optim.loss_scale(), 1024.0);
 /// ```
-pub trait LossScaling {
-    /// The strategy's end of the step protocol with this optimizer
-    /// ([`strategy`](crate::strategy)).
-    fn step_link(&self) -> StepLink;
-
+pub trait LossScaling: Linkable {
     /// A shared view of the loss scale and overflows that follows this optimizer's updates,
     /// for code that computes its gradients without holding it.
     fn loss_scale_handle(&self) -> LossScaleHandle {
@@ -83,14 +78,4 @@ pub trait LossScaling {
     }
 }
 
-/// Burn's own optimizers scale no loss and read no hand-over.
-impl<O, M, B> LossScaling for OptimizerAdaptor<O, M, B>
-where
-    O: SimpleOptimizer<B::InnerBackend>,
-    M: AutodiffModule<B>,
-    B: AutodiffBackend,
-{
-    fn step_link(&self) -> StepLink {
-        StepLink::plain()
-    }
-}
+impl<T: Linkable> LossScaling for T {}

@@ -10,25 +10,24 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, Tensor};
 
-use crate::channel::Call;
 use crate::checkpoint::{dtype_name, narrow, NarrowParamRecord, SavedModel, SavedModelRecord};
 use crate::device::by_shape;
 use crate::device::end_step_on_device;
 use crate::error::{LossScaleError, SamError};
 use crate::float::{tracked, widen};
 use crate::hand_back::StepError;
-use crate::handle::LossScaleHandle;
 use crate::norm::{squared_sum, unscaled_norm};
 use crate::param_map::ParamMap;
-use crate::scaler::{LossScaler, LossScalerRecord};
 use crate::state::ParamState;
+
+use super::{LossScaleHandle, LossScaler, LossScalerRecord};
 
 /// The loss scaler, and the f32 master weights of the parameters narrower than f32 by id: on
 /// the device (`Tensor<B::InnerBackend, 1>`, flattened), or as loaded from a record
 /// (`Vec<f32>`) until their first step tells which device they belong to; and the global norm
 /// the guarded step clips its gradient to.
 #[derive(Clone)]
-pub(crate) struct MixedPrecision {
+pub(crate) struct Precision {
     scaler: Option<LossScaler>,
     handle: LossScaleHandle,
     master_weights: bool,
@@ -62,7 +61,7 @@ pub struct MasterWeightRecord {
     pub values: Vec<f32>,
 }
 
-impl MixedPrecision {
+impl Precision {
     pub fn new(scaler: Option<LossScaler>, master_weights: bool) -> Self {
         Self {
             handle: LossScaleHandle::new(scaler.as_ref()),
@@ -95,12 +94,17 @@ impl MixedPrecision {
         &self.handle
     }
 
-    /// Refused when loss scaling is on and nothing vouches for the gradients' scale: a direct
-    /// call needs a loss scaled through the optimizer since the last check (a strategy's
-    /// accepted hand-over vouches itself); the gradients would be off by the scale.
-    pub fn check_scaled(&self, call: Call) -> Result<(), SamError> {
-        let vouched = matches!(call, Call::Handed(_) | Call::Checked);
-        let scaled = self.handle.take_loss_scaled() || vouched;
+    /// Vouches for the next phase's gradients as a scaled loss's (a strategy's hand-over,
+    /// whose scale the channel checked, or a phase that checked them already).
+    pub fn vouch(&self) {
+        self.handle.mark_loss_scaled();
+    }
+
+    /// Refused when loss scaling is on and nothing vouches for the gradients' scale: a loss
+    /// scaled through the optimizer since the last check, or a strategy's accepted hand-over
+    /// ([`Precision::vouch`]); the gradients would be off by the scale.
+    pub fn check_scaled(&self) -> Result<(), SamError> {
+        let scaled = self.handle.take_loss_scaled();
         match self.scaler.is_some() && !scaled {
             true => Err(SamError::UnscaledLoss),
             false => Ok(()),
@@ -116,7 +120,7 @@ impl MixedPrecision {
         unscaled_norm(module, grads, None, self.loss_scale(), None)
     }
 
-    /// [`MixedPrecision::grad_norm`]'s squared sum, scaled and still on the device.
+    /// [`Precision::grad_norm`]'s squared sum, scaled and still on the device.
     pub fn grad_squares<M, B>(
         &self,
         module: &M,
@@ -179,15 +183,14 @@ impl MixedPrecision {
         (module, true)
     }
 
-    /// [`MixedPrecision::check_scaled`] for `call`, [`MixedPrecision::grad_norm`], then
-    /// [`MixedPrecision::step_if_finite`]: no scale update.
+    /// [`Precision::check_scaled`], [`Precision::grad_norm`], then
+    /// [`Precision::step_if_finite`]: no scale update.
     pub fn guarded_step<M, B, O>(
         &mut self,
         base: &mut O,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        call: Call,
     ) -> Result<(M, ScaledStepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
@@ -195,7 +198,7 @@ impl MixedPrecision {
         O: Optimizer<M, B>,
     {
         let loss_scale = self.loss_scale();
-        or_hand_back!(self.check_scaled(call), module);
+        or_hand_back!(self.check_scaled(), module);
         let grad_norm = or_hand_back!(self.grad_norm(&module, &grads), module);
         let (module, applied) = self.step_if_finite(base, lr, module, grads, grad_norm);
         let report = ScaledStepReport {
@@ -253,7 +256,7 @@ impl MixedPrecision {
     }
 }
 
-/// What one guarded step ([`LossScaled::try_step`](crate::LossScaled::try_step),
+/// What one guarded step ([`MixedPrecision::try_step`](crate::MixedPrecision::try_step),
 /// [`guarded_step`](crate::strategy::guarded_step)) did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScaledStepReport {
@@ -268,7 +271,7 @@ pub struct ScaledStepReport {
 /// One step of any Burn optimizer, taken only with finite gradients: the gradients are cast
 /// to each parameter's float type, with no loss scale and no master weights.
 ///
-/// This is the check [`Sam`](crate::Sam) and [`LossScaled`](crate::LossScaled) make before
+/// This is the check [`Sam`](crate::Sam) and [`MixedPrecision`](crate::MixedPrecision) make before
 /// every update, for any Burn optimizer: one device read (the global gradient norm), and
 /// weights and optimizer state untouched when a gradient is not finite.
 ///
@@ -298,7 +301,7 @@ where
     B: AutodiffBackend,
     O: Optimizer<M, B>,
 {
-    MixedPrecision::new(None, false).guarded_step(base, lr, module, grads, Call::Direct)
+    Precision::new(None, false).guarded_step(base, lr, module, grads)
 }
 
 /// What `clip_grad_norm_` multiplies gradients of global norm `norm` by: `max / (norm +
@@ -313,7 +316,7 @@ struct Widen<'a> {
     unscaled: GradientsParams,
     /// `1 / scale`, times the clipping factor.
     factor: f64,
-    masters: &'a mut MixedPrecision,
+    masters: &'a mut Precision,
     narrowed: HashMap<ParamId, DType>,
 }
 
@@ -349,7 +352,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Widen<'_> {
     }
 }
 
-impl MixedPrecision {
+impl Precision {
     /// The f32 master copy of `weight`: the kept one (moved to the device when it came from a
     /// record), or `weight` widened the first time.
     fn master<B: AutodiffBackend, const D: usize>(
