@@ -26,9 +26,9 @@ pub const MLP_100K: [usize; 3] = [784, 128, 10];
 /// Layer sizes of the benchmarks' large MLP (2.1M parameters).
 pub const MLP_2M: [usize; 4] = [784, 2048, 256, 10];
 
-/// A small CNN on 28x28 images (flattened): conv 1->8 3x3, relu, conv 8->16 3x3, optional
-/// BatchNorm, relu, average pool 2, linear to 10 (24k parameters, most of the time in the
-/// convolutions).
+/// A small CNN on square images (flattened; 28x28 by default): conv 1->8 3x3, relu, conv
+/// 8->16 3x3, optional BatchNorm, relu, average pool 2, linear to 10 (24k parameters at 28x28,
+/// most of the time in the convolutions).
 #[derive(Module, Debug)]
 pub struct Cnn<B: Backend> {
     conv1: Conv2d<B>,
@@ -44,6 +44,9 @@ pub struct CnnConfig {
     /// BatchNorm after the second convolution.
     #[config(default = false)]
     pub batch_norm: bool,
+    /// The images' side in pixels (at least 6).
+    #[config(default = 28)]
+    pub side: usize,
 }
 
 impl CnnConfig {
@@ -56,7 +59,7 @@ impl CnnConfig {
                 .batch_norm
                 .then(|| BatchNormConfig::new(16).init(device)),
             pool: AvgPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
-            linear: LinearConfig::new(16 * 12 * 12, 10).init(device),
+            linear: LinearConfig::new(16 * ((self.side - 4) / 2).pow(2), 10).init(device),
         }
     }
 }
@@ -203,16 +206,24 @@ impl<B: AutodiffBackend> Net<B> for Mlp<B> {
     }
 }
 
-impl<B: AutodiffBackend> Net<B> for Cnn<B> {
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [batch, _] = x.dims();
-        let x = relu(self.conv1.forward(x.reshape([batch, 1, 28, 28])));
+impl<B: Backend> Cnn<B> {
+    /// The outputs for square images `x`, flattened: `[batch, side * side]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [batch, pixels] = x.dims();
+        let side = pixels.isqrt();
+        let x = relu(self.conv1.forward(x.reshape([batch, 1, side, side])));
         let mut x = self.conv2.forward(x);
         if let Some(norm) = &self.norm {
             x = norm.forward(x);
         }
         let x = self.pool.forward(relu(x));
         self.linear.forward(x.flatten(1, 3))
+    }
+}
+
+impl<B: AutodiffBackend> Net<B> for Cnn<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        Cnn::forward(self, x)
     }
 }
 

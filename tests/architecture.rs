@@ -5,10 +5,10 @@
 const PLACES: [(&str, &str); 6] = [
     ("perturb.rs:48", "let factor"),
     ("perturb.rs:179", "factor.times"),
-    ("sam/phases.rs:292", "fn put_back"),
+    ("sam/phases.rs:302", "fn put_back"),
     ("mixed_precision/base_step.rs:149", "fn step_if_finite"),
     ("mixed_precision/base_step.rs:162", "!grad_norm.is_finite()"),
-    ("sam/phases.rs:309", "fn finish"),
+    ("sam/phases.rs:319", "fn finish"),
 ];
 
 #[test]

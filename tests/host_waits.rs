@@ -15,7 +15,7 @@ use burn::tensor::{Distribution, Tensor};
 use burn_sam::diagnostics::{device_reads, device_syncs};
 use burn_sam::LossScaling;
 use burn_sam::{LossScalerConfig, MixedPrecisionConfig, Sam, SamConfig, SamSchedule, SamVariant};
-use burn_sam_accum::train::SamTraining;
+use burn_sam_accum::train::{SamMetric, SamTraining};
 use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 use burn_sam_suite::{blobs, ClassBatcher, Classifier, Mlp, MlpConfig, Quiet};
 
@@ -138,30 +138,40 @@ fn one_read_per_pass_and_no_sync() {
 
     // Burn's Learner with `SamTraining`: one epoch of 6 batches (checkpoint and validation
     // included), SAM and Momentum-SAM.
+    // The same with SAM's metrics registered: the losses they read join the step's read.
     for (config, reads) in [
         (SamConfig::new(), 12),
         (variant(SamVariant::momentum_sam()), 6),
     ] {
-        let n = waits(|| learner_epoch(config.init(momentum.init()), None));
-        assert_eq!(n, (reads, 0), "SamTraining, {:?}", config.variant);
+        for metrics in [false, true] {
+            let n = waits(|| learner_epoch(config.init(momentum.init()), None, metrics));
+            assert_eq!(
+                n,
+                (reads, 0),
+                "SamTraining, {:?}, metrics {metrics}",
+                config.variant
+            );
+        }
     }
     // Data-parallel over two replicas in their own threads: 3 steps of a batch per replica,
     // and one sync per pass before the workers read the model. Synced: a read per pass (its
     // combined norm); Local: each replica reads its own ascent's norm, then the descent one.
     for (ascent, reads, syncs) in [(Ascent::Synced, 6, 6), (Ascent::Local, 9, 3)] {
-        let sam = SamConfig::new().init(momentum.init());
-        let n = waits(|| learner_epoch(sam, Some(ascent)));
-        assert_eq!(
-            n,
-            (reads, syncs),
-            "SamTraining over two replicas, {ascent:?}"
-        );
+        for metrics in [false, true] {
+            let sam = SamConfig::new().init(momentum.init());
+            let n = waits(|| learner_epoch(sam, Some(ascent), metrics));
+            assert_eq!(
+                n,
+                (reads, syncs),
+                "SamTraining over two replicas, {ascent:?}, metrics {metrics}"
+            );
+        }
     }
 }
 
 /// One `Learner` epoch of 6 batches of 20 under `SamTraining`, on one device or, with an
-/// `ascent`, data-parallel over two replicas.
-fn learner_epoch(optim: Sam<SgdOptim>, ascent: Option<Ascent>) {
+/// `ascent`, data-parallel over two replicas; with `metrics`, SAM's registered.
+fn learner_epoch(optim: Sam<SgdOptim>, ascent: Option<Ascent>, metrics: bool) {
     use burn::data::dataloader::DataLoaderBuilder;
     use burn::data::dataset::InMemDataset;
     use burn::train::metric::LossMetric;
@@ -183,7 +193,14 @@ fn learner_epoch(optim: Sam<SgdOptim>, ascent: Option<Ascent>) {
         }
     };
     let dir = std::env::temp_dir().join(format!("burn-sam-waits-{}", std::process::id()));
-    SupervisedTraining::new(&dir, train, valid)
+    let mut training = SupervisedTraining::new(&dir, train, valid);
+    if metrics {
+        training = training
+            .metric_train_numeric(SamMetric::sharpness(&optim))
+            .metric_train_numeric(SamMetric::grad_norm(&optim))
+            .metric_train_numeric(SamMetric::sam_steps(&optim));
+    }
+    training
         .metrics((LossMetric::new(),))
         .renderer(Quiet)
         .with_application_logger(None)

@@ -372,7 +372,7 @@ fn learner_program(f16: bool) -> Result {
         // snippet: learner
         use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
         use burn_sam::SamConfig;
-        use burn_sam_accum::train::SamTraining;
+        use burn_sam_accum::train::{SamMetric, SamTraining};
 
         let optim = SamConfig::new()
             .with_rho(0.05)
@@ -383,6 +383,7 @@ fn learner_program(f16: bool) -> Result {
             .into_strategy();
         let result = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
             .metrics((AccuracyMetric::new(), LossMetric::new()))
+            .metric_train_numeric(SamMetric::sharpness(&optim)) // optional: L(w + e) - L(w) per step
             // Full precision, so that a resumed run continues exactly: `CompactRecorder` stores the
             // model's and the base optimizer's float tensors in f16.
             .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
@@ -390,6 +391,15 @@ fn learner_program(f16: bool) -> Result {
             .with_training_strategy(strategy)
             .launch(Learner::new(model, optim, lr_scheduler));
         // snippet-end
+        let lines = |metric: &str| -> std::io::Result<usize> {
+            let log = artifact_dir.join(format!("train/epoch-1/{metric}.log"));
+            Ok(std::fs::read_to_string(log)?.lines().count())
+        };
+        assert_eq!(
+            lines("SAM_Sharpness")?,
+            lines("Loss")?,
+            "one line per batch"
+        );
         result
     };
     let _ = std::fs::remove_dir_all(&artifact_dir);

@@ -23,7 +23,7 @@ use burn::tensor::backend::Backend;
 use burn::train::metric::LossMetric;
 use burn::train::{Learner, SupervisedTraining};
 use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamVariant};
-use burn_sam_accum::train::SamTraining;
+use burn_sam_accum::train::{SamMetric, SamTraining};
 use burn_sam_accum::{AccumulationConfig, Ascent, MicroBatch};
 use burn_sam_suite::kernels::{KernelCache, KernelCounts};
 use burn_sam_suite::{blobs, ClassBatch, ClassBatcher, Classifier, MlpConfig, Quiet};
@@ -181,13 +181,24 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
     // first one compiles and tunes nothing. On one device, and data-parallel over two handles
     // of it with each replica perturbed by its own gradient: the replicas' ascents wait for
     // nothing either (the fault of one that overflows reaches the descent on the device).
-    for (what, ascent) in [("one device", None), ("local ascents", Some(Ascent::Local))] {
+    // With SAM's metrics registered, the outputs go to them after the step, not before: the
+    // same kernels and the same one read per step.
+    for (what, ascent, metrics) in [
+        ("one device", None, false),
+        ("one device, SAM's metrics", None, true),
+        ("local ascents", Some(Ascent::Local), false),
+        ("local ascents, SAM's metrics", Some(Ascent::Local), true),
+    ] {
         let learner_model = self::model();
         let mut trainings = 0;
         let n = waits(|| {
             assert_steady_trainings(what, log, || {
                 trainings += 1;
                 let optim = SamConfig::new().with_rho(0.1).init(sgd().init());
+                let metrics = match metrics {
+                    true => sam_metrics(&optim),
+                    false => Vec::new(),
+                };
                 let strategy = match ascent {
                     None => SamTraining::new(Default::default(), &optim),
                     Some(ascent) => {
@@ -202,6 +213,7 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
                     &dir.join(format!("learner-{what}-{trainings}")),
                     learner,
                     strategy,
+                    metrics,
                 );
             })
         });
@@ -253,7 +265,8 @@ fn steps_after_warm_up_compile_and_tune_nothing() {
                 None => self::model(),
             };
             let artifacts = dir.join(format!("waits-{what}-{window}"));
-            let n = waits(|| train(&artifacts, Learner::new(model, optim, 0.05), strategy));
+            let learner = Learner::new(model, optim, 0.05);
+            let n = waits(|| train(&artifacts, learner, strategy, Vec::new()));
             let steps = STEPS.div_ceil(window) as u64;
             assert_eq!(
                 n,
@@ -286,9 +299,30 @@ type Components = burn::train::LearningComponentsMarker<
     burn_sam::Sam<burn::optim::adaptor::OptimizerAdaptor<burn::optim::Sgd<Vulkan>, Model, B>>,
 >;
 
-/// One epoch of `learner` under `strategy`, its artifacts in `dir`.
-fn train(dir: &Path, learner: Learner<Components>, strategy: SamTraining<Components>) {
-    SupervisedTraining::new(dir, train_loader(), valid_loader())
+/// Every one of SAM's metrics, read from `optim`'s steps.
+fn sam_metrics(optim: &impl burn_sam::strategy::Linkable) -> Vec<SamMetric> {
+    vec![
+        SamMetric::sharpness(optim),
+        SamMetric::grad_norm(optim),
+        SamMetric::loss_scale(optim),
+        SamMetric::overflowed_steps(optim),
+        SamMetric::sam_steps(optim),
+    ]
+}
+
+/// One epoch of `learner` under `strategy`, its artifacts in `dir`, with `metrics` beside
+/// Burn's loss.
+fn train(
+    dir: &Path,
+    learner: Learner<Components>,
+    strategy: SamTraining<Components>,
+    metrics: Vec<SamMetric>,
+) {
+    let mut training = SupervisedTraining::new(dir, train_loader(), valid_loader());
+    for metric in metrics {
+        training = training.metric_train_numeric(metric);
+    }
+    training
         .metrics((LossMetric::new(),))
         .renderer(Quiet)
         .with_application_logger(None)

@@ -27,7 +27,7 @@ use burn::tensor::FloatDType;
 use burn::train::metric::{AccuracyMetric, LossMetric};
 use burn::train::{Learner, LearningComponentsMarker, SupervisedTraining, TrainingStrategy};
 use burn_sam::{cast_params, LossScalerConfig, SamConfig};
-use burn_sam_accum::train::{Ascent, SamTraining, Traffic};
+use burn_sam_accum::train::{Ascent, SamMetric, SamTraining, Traffic};
 use burn_sam_suite::{ClassBatch, Classifier, MlpConfig};
 use clap::{Parser, ValueEnum};
 
@@ -190,20 +190,25 @@ type Model = Classifier<B>;
 type Inner = <B as AutodiffBackend>::InnerBackend;
 type Loader<Bk> = Arc<dyn DataLoader<Bk, ClassBatch<Bk>>>;
 
-/// The ordinary Burn part: metrics, checkpoints, the default renderer; `strategy` replaces
-/// Burn's default training loop.
+/// The ordinary Burn part: metrics (SAM's `metrics` beside Burn's), checkpoints, the default
+/// renderer; `strategy` replaces Burn's default training loop.
 fn launch<LR, O>(
     args: &Args,
     train: Loader<B>,
     valid: Loader<Inner>,
     learner: Learner<LearningComponentsMarker<B, LR, Model, O>>,
     strategy: Option<TrainingStrategy<LearningComponentsMarker<B, LR, Model, O>>>,
+    metrics: Vec<SamMetric>,
 ) -> Classifier<Inner>
 where
     LR: LrScheduler + 'static,
     O: Optimizer<Model, B> + 'static,
 {
-    let training = SupervisedTraining::new(&args.artifacts, train, valid)
+    let mut training = SupervisedTraining::new(&args.artifacts, train, valid);
+    for metric in metrics {
+        training = training.metric_train_numeric(metric);
+    }
+    let training = training
         .metrics((AccuracyMetric::new(), LossMetric::new()))
         // Full precision: `--resume` continues exactly (`CompactRecorder` stores the model's and
         // the base optimizer's float tensors in f16).
@@ -328,12 +333,14 @@ pub fn run(args: &Args) -> Result<f64, String> {
             valid,
             Learner::new(model, sgd, scheduler),
             None,
+            Vec::new(),
         ),
         Method::Sgd => {
             let strategy = data_parallel(args, &job, &sgd)?;
             traffic = Some(strategy.traffic());
             let learner = Learner::new(model, sgd, scheduler);
-            launch(args, train, valid, learner, Some(strategy.into_strategy()))
+            let strategy = Some(strategy.into_strategy());
+            launch(args, train, valid, learner, strategy, Vec::new())
         }
         Method::Sam => {
             // What SAM adds: wrap the optimizer and hand the strategy to the training.
@@ -350,8 +357,16 @@ pub fn run(args: &Args) -> Result<f64, String> {
                 _ => data_parallel(args, &job, &optim)?,
             };
             traffic = Some(strategy.traffic());
+            // SAM's own numbers beside Burn's, one line each.
+            let metrics = vec![
+                SamMetric::sharpness(&optim),
+                SamMetric::grad_norm(&optim),
+                SamMetric::loss_scale(&optim),
+                SamMetric::overflowed_steps(&optim),
+            ];
             let learner = Learner::new(model, optim, scheduler);
-            launch(args, train, valid, learner, Some(strategy.into_strategy()))
+            let strategy = Some(strategy.into_strategy());
+            launch(args, train, valid, learner, strategy, metrics)
         }
     };
     let seconds = start.elapsed().as_secs_f64();

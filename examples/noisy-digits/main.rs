@@ -15,17 +15,21 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{Sgd, SgdConfig};
+use burn::optim::{AdamWConfig, SgdConfig, SimpleOptimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::FloatDType;
 use burn_sam::{LossScalerConfig, MixedPrecisionConfig, SamConfig, SamSchedule, SamVariant};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use burn_sam_suite::bench::Cnn;
 use burn_sam_suite::digits::Digits;
+use burn_sam_suite::Mlp;
 use burn_sam_suite::Rng;
-use train::{Run, Setup};
+use train::{DigitsModel, Run, Setup};
 
 #[cfg(not(feature = "cuda"))]
 type B = Autodiff<burn::backend::Flex>;
@@ -81,13 +85,23 @@ pub struct Args {
     /// Batch size.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
-    /// Learning rate of SGD (momentum 0.9) under every method.
-    #[arg(long, default_value_t = 0.05)]
-    lr: f64,
+    /// The base optimizer under every method: SGD with momentum 0.9, or AdamW (`--weight-decay`).
+    #[arg(long, value_enum, default_value_t = Base::Sgd)]
+    base: Base,
+    /// The base optimizer's learning rate (default: 0.05 for SGD, 0.001 for AdamW).
+    #[arg(long)]
+    lr: Option<f64>,
+    /// AdamW's decoupled weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f64,
     /// Parameter float type: f16 trains with loss scaling and f32 master weights.
     #[arg(long, value_enum, default_value_t = DEFAULT_DTYPE)]
     dtype: Dtype,
-    /// Hidden layer widths.
+    /// The model: the MLP (`--hidden`), or a small CNN on the 8x8 images (two 3x3
+    /// convolutions of 8 and 16 channels, average pooling, a linear layer: 1.9k parameters).
+    #[arg(long, value_enum, default_value_t = ModelKind::Mlp)]
+    model: ModelKind,
+    /// Hidden layer widths of the MLP.
     #[arg(long, value_delimiter = ',', default_value = "256,256")]
     hidden: Vec<usize>,
     /// Methods to compare: sgd, sam, asam, gsam, looksam, fsam, msam (GSAM and Friendly-SAM
@@ -110,6 +124,9 @@ pub struct Args {
     /// Where to draw the test-accuracy curves.
     #[arg(long, default_value = "noisy-digits.svg")]
     plot: PathBuf,
+    /// Where to draw SAM's mean sharpness `L(w + e) - L(w)` per epoch, one line per method.
+    #[arg(long, default_value = "noisy-digits-sharpness.svg")]
+    sharpness_plot: PathBuf,
     /// Where to draw final test accuracy against time per epoch, one point per method.
     #[arg(long, default_value = "noisy-digits-trade-off.svg")]
     trade_off_plot: PathBuf,
@@ -119,6 +136,27 @@ pub struct Args {
     /// The data set (gzipped CSV: 64 pixels and the digit per line).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/digits.csv.gz"))]
     data: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum ModelKind {
+    Mlp,
+    Cnn,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Base {
+    Sgd,
+    Adamw,
+}
+
+impl Base {
+    fn name(self) -> &'static str {
+        match self {
+            Base::Sgd => "sgd",
+            Base::Adamw => "adamw",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -222,6 +260,12 @@ impl Args {
         if !(self.msam_rho > 0.0 && self.msam_rho.is_finite()) {
             return bad("msam-rho", &self.msam_rho, "> 0");
         }
+        if let Some(lr) = self.lr.filter(|lr| !(*lr > 0.0 && lr.is_finite())) {
+            return bad("lr", &lr, "> 0");
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return bad("weight-decay", &self.weight_decay, ">= 0");
+        }
         if self.looksam_k == 0 {
             return bad("looksam-k", &self.looksam_k, ">= 1");
         }
@@ -230,9 +274,6 @@ impl Args {
         }
         if self.batch_size == 0 {
             return bad("batch-size", &self.batch_size, ">= 1");
-        }
-        if !(self.lr > 0.0 && self.lr.is_finite()) {
-            return bad("lr", &self.lr, "> 0");
         }
         if self.hidden.contains(&0) {
             return bad("hidden", &format!("{:?}", self.hidden), "widths >= 1");
@@ -253,6 +294,23 @@ impl Args {
     }
 
     /// The member of the SAM family, for every method but SGD.
+    /// The learning rate: `--lr`, or the base optimizer's default.
+    fn lr(&self) -> f64 {
+        self.lr.unwrap_or(match self.base {
+            Base::Sgd => 0.05,
+            Base::Adamw => 1e-3,
+        })
+    }
+
+    /// `method`'s name in the table, the plots and the JSON: the base optimizer's for `sgd`
+    /// (the base alone).
+    fn name(&self, method: Method) -> &'static str {
+        match method {
+            Method::Sgd => self.base.name(),
+            _ => method.name(),
+        }
+    }
+
     fn variant(&self, method: Method) -> Option<SamVariant> {
         match method {
             Method::Sgd => None,
@@ -282,26 +340,65 @@ impl Args {
     }
 }
 
-/// One run of `method`: the same SGD underneath, with loss scaling for f16 parameters.
+/// One run of `method` on the model `--model` over the base optimizer `--base`.
 fn train_method(
     args: &Args,
     method: Method,
     setup: &Setup,
     progress: impl FnMut(usize, f64),
 ) -> Run {
-    let sgd = || -> burn::optim::adaptor::OptimizerAdaptor<Sgd<Flat>, _, B> {
-        SgdConfig::new()
-            .with_momentum(Some(MomentumConfig::new()))
-            .init()
-    };
+    match args.model {
+        ModelKind::Mlp => train_model::<Mlp<B>>(args, method, setup, progress),
+        ModelKind::Cnn => train_model::<Cnn<B>>(args, method, setup, progress),
+    }
+}
+
+/// One run of `method` on a model `M` over the base optimizer `--base`.
+fn train_model<M>(
+    args: &Args,
+    method: Method,
+    setup: &Setup,
+    progress: impl FnMut(usize, f64),
+) -> Run
+where
+    M: DigitsModel<B> + AutodiffModule<B>,
+    M::InnerModule: DigitsModel<Flat>,
+{
+    match args.base {
+        Base::Sgd => train_over(args, method, setup, progress, || {
+            SgdConfig::new()
+                .with_momentum(Some(MomentumConfig::new()))
+                .init::<B, M>()
+        }),
+        Base::Adamw => train_over(args, method, setup, progress, || {
+            AdamWConfig::new()
+                .with_weight_decay(args.weight_decay as f32)
+                .init::<B, M>()
+        }),
+    }
+}
+
+/// One run of `method`: the same `base` underneath, with loss scaling for f16 parameters.
+fn train_over<M, O>(
+    args: &Args,
+    method: Method,
+    setup: &Setup,
+    progress: impl FnMut(usize, f64),
+    base: impl Fn() -> OptimizerAdaptor<O, M, B>,
+) -> Run
+where
+    M: DigitsModel<B> + AutodiffModule<B>,
+    M::InnerModule: DigitsModel<Flat>,
+    O: SimpleOptimizer<Flat>,
+{
     // 2^10 fits this model's f16 gradients; the scaler grows or backs off from there.
     let scaling =
         (args.dtype == Dtype::F16).then(|| LossScalerConfig::new().with_init_scale(1024.0));
     match (args.variant(method), scaling) {
-        (None, None) => train::train(setup, sgd(), progress),
+        (None, None) => train::train(setup, base(), progress),
         (None, Some(scaling)) => train::train(
             setup,
-            MixedPrecisionConfig::new(scaling).init(sgd()),
+            MixedPrecisionConfig::new(scaling).init(base()),
             progress,
         ),
         (Some(variant), scaling) => {
@@ -312,9 +409,15 @@ fn train_method(
                 .with_variant(variant)
                 .with_schedule(method.schedule(steps, setup.seed))
                 .with_loss_scaling(scaling);
-            train::train(setup, sam.init(sgd()), progress)
+            train::train(setup, sam.init(base()), progress)
         }
     }
+}
+
+/// The mean of the finite `values` (NaN without one).
+fn mean_of_finite(values: impl Iterator<Item = f64>) -> f64 {
+    let finite: Vec<f64> = values.filter(|v| v.is_finite()).collect();
+    finite.iter().sum::<f64>() / finite.len() as f64
 }
 
 fn mean_sd(values: &[f64]) -> (f64, f64) {
@@ -341,21 +444,25 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
         Dtype::F32 => FloatDType::F32,
         Dtype::F16 => FloatDType::F16,
     };
+    let model = match args.model {
+        ModelKind::Mlp => {
+            let widths: Vec<String> = args.hidden.iter().map(ToString::to_string).collect();
+            format!("MLP 64-{}-10", widths.join("-"))
+        }
+        ModelKind::Cnn => "CNN (conv 8, conv 16, pool, linear)".to_string(),
+    };
     println!(
         "UCI digits: {} training images ({:.0}% of their labels noisy), {} test images (clean); \
-         MLP 64-{}-10, {} parameters on {BACKEND}",
+         {model}, {} parameters on {BACKEND}, base optimizer {} at lr {}",
         train_clean.len(),
         args.noise * 100.0,
         test.len(),
-        args.hidden
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("-"),
         match args.dtype {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16 (loss scaling, f32 master weights)",
         },
+        args.base.name(),
+        args.lr(),
     );
 
     // Seed by seed, every method in turn: a machine that slows down or speeds up during the
@@ -376,7 +483,7 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                 hidden: args.hidden.clone(),
                 epochs: args.epochs,
                 batch_size: args.batch_size,
-                lr: args.lr,
+                lr: args.lr(),
                 dtype,
                 seed,
             };
@@ -387,7 +494,7 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                     .expect("a valid template")
                     .progress_chars("=> "),
             );
-            let run_name = format!("{:>4} seed {seed}/{}", method.name(), args.seeds);
+            let run_name = format!("{:>4} seed {seed}/{}", args.name(method), args.seeds);
             bar.set_prefix(run_name.clone());
             // Without a terminal (nohup, CI, a batch job), a line per epoch instead, so that a
             // run cut short says how far it got.
@@ -420,10 +527,11 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
         }
     }
 
-    println!("\n| method | rho | test accuracy, mean ± sd over {} seeds | best epoch (mean) | train accuracy on noisy labels | two-pass steps | time per epoch |", args.seeds);
-    println!("|---|---|---|---|---|---|---|");
+    println!("\n| method | rho | test accuracy, mean ± sd over {} seeds | best epoch (mean) | train accuracy on noisy labels | two-pass steps | sharpness, first 5 epochs | time per epoch |", args.seeds);
+    println!("|---|---|---|---|---|---|---|---|");
     let mut json = serde_json::Map::new();
     let mut curves = Vec::new();
+    let mut sharpness_curves = Vec::new();
     let mut trade_off = Vec::new();
     for (method, runs) in &results {
         let finals: Vec<f64> = runs
@@ -442,9 +550,18 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
         let rho = args
             .rho(*method)
             .map_or("-".to_string(), |rho| rho.to_string());
+        // Each epoch's sharpness, the mean over the seeds that had one.
+        let sharpness: Vec<f64> = (0..args.epochs)
+            .map(|e| mean_of_finite(runs.iter().map(|r| r.sharpness[e])))
+            .collect();
+        let early = mean_of_finite(sharpness.iter().take(5).copied());
+        let early = match early.is_finite() {
+            true => format!("{early:.3}"),
+            false => "-".to_string(),
+        };
         println!(
-            "| {} | {rho} | {:.1}% ± {:.1} | {:.1}% | {:.1}% | {:.0}% | {:.3} s |",
-            method.name(),
+            "| {} | {rho} | {:.1}% ± {:.1} | {:.1}% | {:.1}% | {:.0}% | {early} | {:.3} s |",
+            args.name(*method),
             mean * 100.0,
             sd * 100.0,
             best * 100.0,
@@ -453,7 +570,7 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
             seconds
         );
         json.insert(
-            method.name().to_string(),
+            args.name(*method).to_string(),
             serde_json::json!({
                 "mean": mean,
                 "sd": sd,
@@ -465,10 +582,17 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                 "weight_norm": runs.iter().map(|r| r.weight_norm).sum::<f64>() / runs.len() as f64,
                 "epoch_seconds": seconds,
                 "two_pass_steps": two_pass,
+                "base": args.base.name(),
+                "lr": args.lr(),
+                "sharpness_curve": sharpness.iter().map(|s| s.is_finite().then_some(*s)).collect::<Vec<_>>(),
             }),
         );
-        curves.push((method.name().to_string(), curve));
-        trade_off.push((method.name().to_string(), seconds, mean, sd));
+        let name = args.name(*method).to_string();
+        curves.push((name.clone(), curve));
+        if sharpness.iter().any(|s| s.is_finite()) {
+            sharpness_curves.push((name.clone(), sharpness));
+        }
+        trade_off.push((name, seconds, mean, sd));
     }
 
     let title = format!(
@@ -479,6 +603,16 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
     match std::fs::write(&args.plot, plot::svg(&title, &curves)) {
         Ok(()) => println!("\ntest-accuracy curves: {}", args.plot.display()),
         Err(error) => eprintln!("cannot write {}: {error}", args.plot.display()),
+    }
+    let title = format!(
+        "UCI digits, {:.0}% label noise, over {}: SAM's sharpness L(w + e) - L(w) per epoch",
+        args.noise * 100.0,
+        args.base.name()
+    );
+    let path = &args.sharpness_plot;
+    match std::fs::write(path, plot::sharpness_svg(&title, &sharpness_curves)) {
+        Ok(()) => println!("sharpness curves: {}", path.display()),
+        Err(error) => eprintln!("cannot write {}: {error}", path.display()),
     }
     let title = format!(
         "UCI digits, {:.0}% label noise: final test accuracy (mean, sd) against cost",

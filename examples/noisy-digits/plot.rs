@@ -1,5 +1,6 @@
-//! The example's two SVG charts: test accuracy per epoch (one line per method), and final test
-//! accuracy against time per epoch (one point per method, the cost/accuracy trade-off).
+//! The example's SVG charts: test accuracy and SAM's sharpness per epoch (one line per method),
+//! and final test accuracy against time per epoch (one point per method, the cost/accuracy
+//! trade-off).
 
 use std::fmt::Write;
 
@@ -13,7 +14,7 @@ const COLORS: [&str; 16] = [
 struct Frame {
     out: String,
     x_range: (f64, f64),
-    y_floor: f64,
+    y_range: (f64, f64),
     legend_rows: usize,
 }
 
@@ -27,18 +28,16 @@ const PLOT_W: f64 = WIDTH - LEFT - RIGHT;
 const PLOT_H: f64 = HEIGHT - TOP - BOTTOM;
 
 impl Frame {
-    /// Test accuracy (from the tenth below `lowest` to 1) against `x_range`, with `x_ticks`.
+    /// `y_label` over `y_range` (grid lines every `y_step`) against `x_range`, with `x_ticks`.
     fn new(
         title: &str,
-        x_label: &str,
-        x_range: (f64, f64),
-        x_ticks: &[(f64, String)],
-        lowest: f64,
+        (x_label, x_range, x_ticks): (&str, (f64, f64), &[(f64, String)]),
+        (y_label, y_range, y_step): (&str, (f64, f64), f64),
     ) -> Self {
         let mut frame = Self {
             out: String::new(),
             x_range,
-            y_floor: (lowest * 10.0).floor() / 10.0,
+            y_range,
             legend_rows: 0,
         };
         let out = &mut frame.out;
@@ -51,10 +50,8 @@ impl Frame {
             out,
             r#"<text x="{LEFT}" y="24" font-size="14">{title}</text>"#
         );
-        // Horizontal grid lines every 0.05 (or 0.1 for wide ranges) of accuracy.
-        let step = if 1.0 - frame.y_floor > 0.5 { 0.1 } else { 0.05 };
-        let mut level = frame.y_floor;
-        while level <= 1.0 + 1e-9 {
+        let mut level = (y_range.0 / y_step).ceil() * y_step;
+        while level <= y_range.1 + 1e-9 {
             let y = frame.y(level);
             let _ = writeln!(
                 frame.out,
@@ -63,7 +60,7 @@ impl Frame {
                 LEFT - 6.0,
                 y + 4.0,
             );
-            level += step;
+            level += y_step;
         }
         for (value, label) in x_ticks {
             let _ = writeln!(
@@ -75,7 +72,7 @@ impl Frame {
         }
         let _ = writeln!(
             frame.out,
-            r#"<text x="{}" y="{}" text-anchor="middle">{x_label}</text><text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">test accuracy</text>"#,
+            r#"<text x="{}" y="{}" text-anchor="middle">{x_label}</text><text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">{y_label}</text>"#,
             LEFT + PLOT_W / 2.0,
             HEIGHT - 10.0,
             TOP + PLOT_H / 2.0,
@@ -89,8 +86,9 @@ impl Frame {
         LEFT + PLOT_W * (value - low) / (high - low)
     }
 
-    fn y(&self, accuracy: f64) -> f64 {
-        TOP + PLOT_H * (1.0 - (accuracy - self.y_floor) / (1.0 - self.y_floor))
+    fn y(&self, value: f64) -> f64 {
+        let (low, high) = self.y_range;
+        TOP + PLOT_H * (1.0 - (value - low) / (high - low))
     }
 
     /// The next legend entry, in the next color; returns that color.
@@ -115,29 +113,69 @@ impl Frame {
     }
 }
 
+/// The accuracy axis: from the tenth below `lowest` to 1, grid lines every 0.05 (0.1 for
+/// wide ranges).
+fn accuracy_axis(lowest: f64) -> (&'static str, (f64, f64), f64) {
+    let floor = (lowest * 10.0).floor() / 10.0;
+    let step = if 1.0 - floor > 0.5 { 0.1 } else { 0.05 };
+    ("test accuracy", (floor, 1.0), step)
+}
+
 /// One line per method: its name and the mean test accuracy after each epoch.
 pub fn svg(title: &str, curves: &[(String, Vec<f64>)]) -> String {
+    let lowest = curves
+        .iter()
+        .flat_map(|(_, c)| c)
+        .fold(1.0_f64, |a, &b| a.min(b));
+    epoch_curves(title, curves, accuracy_axis(lowest))
+}
+
+/// One line per method: its name and SAM's mean sharpness `L(w + e) - L(w)` in each epoch
+/// (methods without it left out).
+pub fn sharpness_svg(title: &str, curves: &[(String, Vec<f64>)]) -> String {
+    let values = curves.iter().flat_map(|(_, c)| c).filter(|v| v.is_finite());
+    let (low, high) = values.fold((0.0_f64, 0.0_f64), |(l, h), &v| (l.min(v), h.max(v)));
+    let high = if high > low { high } else { low + 1.0 };
+    let step = nice_step((high - low) / 8.0);
+    let range = ((low / step).floor() * step, (high / step).ceil() * step);
+    epoch_curves(title, curves, ("sharpness L(w + e) - L(w)", range, step))
+}
+
+/// The 1, 2 or 5 times a power of ten nearest above `rough`.
+fn nice_step(rough: f64) -> f64 {
+    let power = 10f64.powf(rough.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|step| *step >= rough)
+        .unwrap_or(10.0 * power)
+}
+
+/// One line per method over the epochs, on the given y axis; non-finite points are skipped.
+fn epoch_curves(
+    title: &str,
+    curves: &[(String, Vec<f64>)],
+    y_axis: (&str, (f64, f64), f64),
+) -> String {
     let epochs = curves
         .iter()
         .map(|(_, c)| c.len())
         .max()
         .unwrap_or(1)
         .max(2);
-    let lowest = curves
-        .iter()
-        .flat_map(|(_, c)| c)
-        .fold(1.0_f64, |a, &b| a.min(b));
     let ticks: Vec<(f64, String)> = (1..=epochs)
         .filter(|e| *e == 1 || e % (epochs / 6).max(1) == 0)
         .map(|e| (e as f64, e.to_string()))
         .collect();
-    let mut frame = Frame::new(title, "epoch", (1.0, epochs as f64), &ticks, lowest);
+    let x_axis = ("epoch", (1.0, epochs as f64), &ticks[..]);
+    let mut frame = Frame::new(title, x_axis, y_axis);
     for (name, curve) in curves {
         let color = frame.legend(name);
         let points: Vec<String> = curve
             .iter()
             .enumerate()
-            .map(|(e, &a)| format!("{:.1},{:.1}", frame.x(e as f64 + 1.0), frame.y(a)))
+            .filter(|(_, v)| v.is_finite())
+            .map(|(e, &v)| format!("{:.1},{:.1}", frame.x(e as f64 + 1.0), frame.y(v)))
             .collect();
         let _ = writeln!(
             frame.out,
@@ -162,13 +200,14 @@ pub fn trade_off_svg(title: &str, points: &[(String, f64, f64, f64)]) -> String 
             (seconds, format!("{seconds:.3}"))
         })
         .collect();
-    let mut frame = Frame::new(title, "seconds per epoch", (0.0, slowest), &ticks, lowest);
+    let x_axis = ("seconds per epoch", (0.0, slowest), &ticks[..]);
+    let mut frame = Frame::new(title, x_axis, accuracy_axis(lowest));
     for (name, seconds, mean, sd) in points {
         let color = frame.legend(name);
         let (x, y) = (frame.x(*seconds), frame.y(*mean));
         let (high, low) = (
             frame.y((mean + sd).min(1.0)),
-            frame.y((mean - sd).max(lowest)),
+            frame.y((mean - sd).max(frame.y_range.0)),
         );
         let _ = writeln!(
             frame.out,

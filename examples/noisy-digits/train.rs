@@ -1,13 +1,15 @@
-//! One training run: an MLP on the noisy training labels, tested on clean labels each epoch.
+//! One training run: a model (the MLP or the CNN) on the noisy training labels, tested on
+//! clean labels each epoch.
 
 use std::time::Instant;
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor};
 use burn_sam::StepOutcome;
 use burn_sam_accum::{AccumulationConfig, MicroBatch, WindowOptimizer};
+use burn_sam_suite::bench::{Cnn, CnnConfig};
 use burn_sam_suite::{Mlp, MlpConfig};
 
 use burn_sam_suite::digits::{Digits, CLASSES, FEATURES};
@@ -35,25 +37,57 @@ pub struct Run {
     /// The fraction of steps that took SAM's two passes (LookSAM's full steps; none for SGD
     /// and Momentum-SAM).
     pub two_pass_steps: f64,
+    /// SAM's mean sharpness `L(w + e) - L(w)` over each epoch's steps that had it (NaN for
+    /// an epoch without one).
+    pub sharpness: Vec<f64>,
 }
 
-/// Trains with `optimizer` (any Burn optimizer, `MixedPrecision` or `Sam`, driven through
-/// `burn-sam-accum` with windows of one batch). `progress` gets (epoch, test accuracy).
-pub fn train<B, O>(setup: &Setup, optimizer: O, mut progress: impl FnMut(usize, f64)) -> Run
+/// A model the example trains: the digits' 64 pixels in, 10 logits out.
+pub trait DigitsModel<B: Backend>: Module<B> {
+    /// Built with Burn's default initialisation, `hidden` the MLP's layer widths.
+    fn build(hidden: &[usize], device: &B::Device) -> Self;
+    /// The logits for `x`, `[batch, 64]`.
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+}
+
+impl<B: Backend> DigitsModel<B> for Mlp<B> {
+    fn build(hidden: &[usize], device: &B::Device) -> Self {
+        MlpConfig::new([&[FEATURES][..], hidden, &[CLASSES]].concat()).init(device)
+    }
+
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.forward(x)
+    }
+}
+
+impl<B: Backend> DigitsModel<B> for Cnn<B> {
+    fn build(_hidden: &[usize], device: &B::Device) -> Self {
+        CnnConfig::new().with_side(8).init(device)
+    }
+
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.forward(x)
+    }
+}
+
+/// Trains a model `M` with `optimizer` (any Burn optimizer, `MixedPrecision` or `Sam`, driven
+/// through `burn-sam-accum` with windows of one batch). `progress` gets (epoch, test accuracy).
+pub fn train<B, M, O>(setup: &Setup, optimizer: O, mut progress: impl FnMut(usize, f64)) -> Run
 where
     B: AutodiffBackend,
-    O: WindowOptimizer<Mlp<B>, B>,
+    M: DigitsModel<B> + AutodiffModule<B>,
+    M::InnerModule: DigitsModel<B::InnerBackend>,
+    O: WindowOptimizer<M, B>,
 {
     let device = B::Device::default();
     B::seed(&device, setup.seed);
-    let sizes = [&[FEATURES][..], &setup.hidden, &[CLASSES]].concat();
-    let model: Mlp<B> = MlpConfig::new(sizes).init(&device);
+    let model = M::build(&setup.hidden, &device);
     let mut model = burn_sam::cast_params(model, setup.dtype);
     let mut optimizer = AccumulationConfig::new(1).init(optimizer);
     let cross_entropy = CrossEntropyLossConfig::new().init(&device);
     // The loss in f32 whatever the parameters: log-softmax in f16 loses the small classes.
-    let loss = |model: &Mlp<B>, (x, y): &(Tensor<B, 2>, Tensor<B, 1, Int>)| {
-        let logits = model.forward(x.clone()).cast(FloatDType::F32);
+    let loss = |model: &M, (x, y): &(Tensor<B, 2>, Tensor<B, 1, Int>)| {
+        let logits = model.logits(x.clone()).cast(FloatDType::F32);
         cross_entropy.forward(logits, y.clone())
     };
 
@@ -62,8 +96,10 @@ where
     let mut test_accuracy = Vec::new();
     let mut seconds = 0.0;
     let (mut steps, mut two_pass) = (0, 0);
+    let mut sharpness = Vec::new();
     for epoch in 1..=setup.epochs {
         let start = Instant::now();
+        let (mut sharpness_sum, mut sharpness_steps) = (0.0, 0);
         rng.shuffle(&mut order);
         for indices in order.chunks(setup.batch_size) {
             let batch = setup.train.batch::<B>(indices, setup.dtype, &device);
@@ -71,6 +107,14 @@ where
             let step = optimizer.step(setup.lr, model, &window, loss);
             let step = step.expect("a training step");
             let outcome = step.report.sam.map(|report| report.outcome);
+            // Read back with the step's norms: no wait of its own.
+            let sharp = step
+                .report
+                .sam
+                .map_or(f64::NAN, |report| report.sharpness());
+            if sharp.is_finite() {
+                (sharpness_sum, sharpness_steps) = (sharpness_sum + sharp, sharpness_steps + 1);
+            }
             steps += 1;
             two_pass += usize::from(matches!(
                 outcome,
@@ -79,6 +123,7 @@ where
             model = step.module;
         }
         seconds += start.elapsed().as_secs_f64();
+        sharpness.push(sharpness_sum / f64::from(sharpness_steps));
         test_accuracy.push(accuracy(&model.valid(), setup.test, setup.dtype));
         progress(epoch, *test_accuracy.last().unwrap());
     }
@@ -89,31 +134,29 @@ where
         test_accuracy,
         epoch_seconds: seconds / setup.epochs as f64,
         two_pass_steps: two_pass as f64 / steps as f64,
+        sharpness,
     }
 }
 
 /// `||w||` over every parameter of `model`.
-fn weight_norm<B: burn::tensor::backend::Backend>(model: &Mlp<B>) -> f64 {
-    let squares = |tensor: Tensor<B, 1>| -> f64 {
-        let sum = tensor.cast(FloatDType::F32).powi_scalar(2).sum();
-        sum.into_scalar().elem()
-    };
-    let layer_squares = model.layers.iter().map(|layer| {
-        let bias = layer.bias.as_ref().map_or(0.0, |bias| squares(bias.val()));
-        squares(layer.weight.val().flatten(0, 1)) + bias
-    });
-    layer_squares.sum::<f64>().sqrt()
+fn weight_norm<B: Backend, M: Module<B>>(model: &M) -> f64 {
+    struct Squares(f64);
+    impl<B: Backend> ModuleVisitor<B> for Squares {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let sum = param.val().cast(FloatDType::F32).powi_scalar(2).sum();
+            self.0 += sum.into_scalar().elem::<f64>();
+        }
+    }
+    let mut squares = Squares(0.0);
+    model.visit(&mut squares);
+    squares.0.sqrt()
 }
 
 /// The fraction of `digits` whose label is the model's most likely class.
-fn accuracy<B: burn::tensor::backend::Backend>(
-    model: &Mlp<B>,
-    digits: &Digits,
-    dtype: FloatDType,
-) -> f64 {
+fn accuracy<B: Backend, M: DigitsModel<B>>(model: &M, digits: &Digits, dtype: FloatDType) -> f64 {
     let indices: Vec<usize> = (0..digits.len()).collect();
     let (x, y) = digits.batch::<B>(&indices, dtype, &B::Device::default());
-    let predicted = model.forward(x).argmax(1).flatten::<1>(0, 1);
+    let predicted = model.logits(x).argmax(1).flatten::<1>(0, 1);
     let correct: i64 = predicted.equal(y).int().sum().into_scalar().elem();
     correct as f64 / digits.len() as f64
 }

@@ -9,6 +9,7 @@
 
 mod accumulation;
 mod loss_scaling;
+mod metrics;
 mod misuse;
 mod resume;
 mod training;

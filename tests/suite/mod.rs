@@ -115,7 +115,7 @@ macro_rules! backend_suite {
                 adamw_weight_decay,
             ] tests [overflow_changes_nothing, record_resumes_exactly];
             semantics: tests [
-                rho_zero_equals_base_optimizer, api_forms_agree,
+                rho_zero_equals_base_optimizer, api_forms_agree, reports_carry_both_losses,
                 frozen_and_unused_parameters_untouched, record_round_trip_resumes_exactly,
             ];
             schedule: tests [

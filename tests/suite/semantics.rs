@@ -1,4 +1,5 @@
-//! rho = 0, the three ways to drive SAM, untouched parameters, resume from a record.
+//! rho = 0, the three ways to drive SAM and what their reports say, untouched parameters,
+//! resume from a record.
 
 use burn::module::{AutodiffModule, Module};
 use burn::nn::{Linear, LinearConfig};
@@ -6,6 +7,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
+use burn_sam::strategy::Linkable;
 use burn_sam::SamConfig;
 use burn_sam_suite::{load_record, record_bytes, Mlp};
 
@@ -99,6 +101,57 @@ pub fn api_forms_agree<B: AutodiffBackend>() {
     );
     assert_eq!(tensors(&closure), tensors(&by_step), "step_with vs step");
     assert_eq!(optim.stats().steps, 3);
+}
+
+/// A loss's value as a number, as the report reads it (exactly, from any float type).
+fn value<B: AutodiffBackend>(loss: &Tensor<B, 1>) -> f64 {
+    loss.clone()
+        .into_data()
+        .iter::<f64>()
+        .next()
+        .expect("one value")
+}
+
+/// The report carries both passes' losses, read with the step's norms: `step_with` notes them
+/// itself; the split API with `StepLink::note_loss`, to the same report bitwise; without a
+/// note they are NaN. SAM's sharpness `L(w + e) - L(w)` is positive: `e` climbs the loss.
+pub fn reports_carry_both_losses<B: AutodiffBackend>() {
+    let problem = problem::<B>(3);
+    let (lr, config) = (0.05, SamConfig::new().with_rho(0.1));
+    let (mut with, mut split, mut silent) = (
+        config.init(SgdConfig::new().init()),
+        config.init(SgdConfig::new().init()),
+        config.init(SgdConfig::new().init()),
+    );
+    let (mut model, mut unnoted) = (problem.model.clone(), problem.model.clone());
+    let link = split.step_link();
+    for (x, y) in &problem.batches {
+        let loss = |m: &Mlp<B>| mse(m.forward(x.clone()), y.clone());
+        let step = with.step_with(lr, model.clone(), loss).unwrap();
+
+        let first = loss(&model);
+        link.note_loss(first.clone().detach(), 1.0);
+        let grads = super::util::grads(&model, first.clone());
+        let perturbed = split.ascend(lr, model, grads).unwrap();
+        let second = loss(&perturbed);
+        link.note_loss(second.clone().detach(), 1.0);
+        let grads = super::util::grads(&perturbed, second.clone());
+        let (stepped, report) = split.descend(lr, perturbed, grads).unwrap();
+
+        assert_eq!(report, step.report, "split API, noted, vs step_with");
+        assert_eq!(report.loss, value(&first));
+        assert_eq!(report.perturbed_loss, value(&second));
+        assert!(report.sharpness() > 0.0, "{report:?}");
+        assert_eq!(report.sharpness(), report.perturbed_loss - report.loss);
+
+        let grads = batch_grads(&unnoted, &(x.clone(), y.clone()));
+        let perturbed = silent.ascend(lr, unnoted, grads).unwrap();
+        let grads = batch_grads(&perturbed, &(x.clone(), y.clone()));
+        let (next, quiet) = silent.descend(lr, perturbed, grads).unwrap();
+        assert!(quiet.loss.is_nan() && quiet.perturbed_loss.is_nan() && quiet.sharpness().is_nan());
+        assert_eq!(quiet.ascent_grad_norm, report.ascent_grad_norm);
+        (model, unnoted) = (stepped, next);
+    }
 }
 
 #[derive(Module, Debug)]

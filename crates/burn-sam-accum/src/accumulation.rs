@@ -100,6 +100,7 @@ impl<O> Accumulation<O> {
             };
             return Err(StepError { module, error });
         }
+        self.optimizer.step_link().clear_losses();
         let mut window = or_hand_back!(Window::new(micro_batches, &mut loss), module);
         let (module, report) =
             self.optimizer

@@ -117,6 +117,7 @@ impl<'a, M: AutodiffModule<B>, T, B: AutodiffBackend> Window<'a, M, T, B> {
         // Each pass of a micro-batch draws the same random numbers, where SAM seeds them.
         link.seed_pass(module, index);
         let loss = (self.loss)(module, &self.batches[index].data);
+        link.note_loss(loss.clone().detach(), self.weights[index]);
         if index == self.evaluated {
             let term = widen(loss.clone().detach()).mul_scalar(self.weights[index]);
             self.first_losses = Some(match self.first_losses.take() {

@@ -67,6 +67,8 @@ mod sam;
 mod schedule;
 mod seed;
 mod state;
+mod step_losses;
+mod step_report;
 pub mod strategy;
 pub mod variant;
 
@@ -80,9 +82,10 @@ pub use mixed_precision::{
     MixedPrecisionConfig, ScaledStepReport,
 };
 pub use norm::grad_norm;
-pub use sam::{Sam, SamStats, SamStep, StepOutcome, StepReport};
+pub use sam::{Sam, SamStats, SamStep};
 pub use schedule::SamSchedule;
 pub use seed::pass_seed;
+pub use step_report::{StepOutcome, StepReport};
 pub use variant::{RhoSchedule, SamVariant};
 
 /// What the optimizers save: [`SamRecord`](record::SamRecord), SAM's part of

@@ -38,7 +38,7 @@
 //! is a hand-over left untaken by the call it was made for ([`StepLink::check_taken`]): the
 //! strategy holds a link to another optimizer than the one it steps.
 
-pub use crate::channel::{Linkable, StepLink};
+pub use crate::channel::{Linkable, ReportFeed, StepLink};
 pub use crate::device::transfers_through_host;
 pub use crate::float::widen;
 pub use crate::grad_map::{map_grads, GradMap, ParamGrad};

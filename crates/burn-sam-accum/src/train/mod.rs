@@ -57,6 +57,8 @@ mod announce;
 mod builders;
 mod epoch;
 mod fit;
+mod kept_losses;
+mod metrics;
 mod pass_scale;
 mod peers;
 mod plan;
@@ -75,6 +77,7 @@ use burn_sam::strategy::StepLink;
 use burn_sam::SamConfig;
 
 pub use crate::ascent::Ascent;
+pub use metrics::SamMetric;
 pub use pass_scale::scale_loss;
 #[cfg(feature = "mpi")]
 pub use ranks::{Ranks, RanksError};

@@ -3,6 +3,7 @@
 //! it through this thread (each replica's worker thread sets its own). The strategy hands the
 //! same scale over to the optimizer with the gradients.
 
+use std::any::Any;
 use std::cell::RefCell;
 
 use burn::tensor::backend::Backend;
@@ -12,11 +13,23 @@ use burn_sam::strategy::widen;
 use crate::window::weighted;
 
 /// The micro-batch running on this thread: its pass's loss scale, its weight in the window,
-/// and whether the `TrainStep` applied them.
+/// whether the `TrainStep` applied them, and its loss where the step's report wants it.
 struct Pass {
     scale: Option<f32>,
     weight: f64,
     used: bool,
+    loss: Option<PassLoss>,
+}
+
+/// The loss a `TrainStep` gave [`scale_loss`], as a detached `Tensor<B, 1>` of its backend.
+pub(super) type PassLoss = Box<dyn Any + Send>;
+
+/// What a pass's `TrainStep` did with [`scale_loss`].
+pub(super) struct Scaled {
+    /// Whether it called it, which weighted its loss.
+    pub used: bool,
+    /// The loss it gave, unscaled and unweighted, when asked to keep it.
+    pub loss: Option<PassLoss>,
 }
 
 thread_local! {
@@ -50,6 +63,9 @@ pub fn scale_loss<B: Backend, const D: usize>(loss: Tensor<B, D>) -> Tensor<B, D
     let pass = PASS.with_borrow_mut(|pass| {
         let pass = pass.as_mut()?;
         pass.used = true;
+        if let Some(kept) = pass.loss.as_mut() {
+            *kept = Box::new(loss.clone().detach().reshape([-1]).sum());
+        }
         Some((pass.scale, pass.weight))
     });
     let Some((scale, weight)) = pass else {
@@ -65,7 +81,7 @@ pub fn scale_loss<B: Backend, const D: usize>(loss: Tensor<B, D>) -> Tensor<B, D
 
 /// Runs `step` on this thread with its loss scaled by `loss_scale` (`None`: unscaled) and
 /// weighted by `weight`; also says whether `step` called [`scale_loss`], which weighted its
-/// loss (otherwise the caller weights its gradient).
+/// loss (otherwise the caller weights its gradient), and with `keep_loss` the loss it gave.
 ///
 /// # Panics
 /// When `loss_scale` is set and `step` did not call [`scale_loss`]: its gradients would be
@@ -73,15 +89,18 @@ pub fn scale_loss<B: Backend, const D: usize>(loss: Tensor<B, D>) -> Tensor<B, D
 pub(super) fn with_pass<T>(
     loss_scale: Option<f32>,
     weight: f64,
+    keep_loss: bool,
     step: impl FnOnce() -> T,
-) -> (T, bool) {
+) -> (T, Scaled) {
     PASS.set(Some(Pass {
         scale: loss_scale,
         weight,
         used: false,
+        loss: keep_loss.then(|| Box::new(()) as PassLoss),
     }));
     let output = step();
-    let used = PASS.take().is_some_and(|pass| pass.used);
+    let pass = PASS.take();
+    let used = pass.as_ref().is_some_and(|pass| pass.used);
     if let Some(scale) = loss_scale {
         assert!(
             used,
@@ -89,5 +108,6 @@ pub(super) fn with_pass<T>(
              burn_sam_accum::train::scale_loss on the loss it back-propagates"
         );
     }
-    (output, used)
+    let loss = pass.and_then(|pass| pass.loss).filter(|_| used);
+    (output, Scaled { used, loss })
 }

@@ -17,6 +17,7 @@ use burn_sam::strategy::{
 };
 use burn_sam::{diagnostics, SamConfig};
 
+use super::kept_losses::KeptLosses;
 use super::pass_scale::with_pass;
 use super::peers::Peers;
 use super::scatter::exchange;
@@ -101,7 +102,7 @@ pub(super) struct Replicas<B: AutodiffBackend> {
 }
 
 /// The combined result of one pass over the replicas.
-pub(super) struct Combined<T> {
+pub(super) struct Combined<T, B: AutodiffBackend> {
     /// `sum_r sum_i w_ri grad L_ri` on the main device.
     pub grads: GradientsParams,
     /// Whether `grads` is one `TrainStep`'s gradient as it came (one replica, one batch):
@@ -109,6 +110,8 @@ pub(super) struct Combined<T> {
     pub as_came: bool,
     /// The `TrainStep` outputs of the first pass, replica by replica.
     pub outputs: Vec<Vec<T>>,
+    /// The losses of the pass, where a metric reads the step's report.
+    pub losses: KeptLosses<B>,
 }
 
 /// SAM's radius and rule for local ascents, and the step's learning rate.
@@ -159,7 +162,7 @@ impl<B: AutodiffBackend> Replicas<B> {
         loss_scale: Option<f32>,
         local: LocalAscent<'_>,
         link: &StepLink,
-    ) -> Combined<M::Output>
+    ) -> Combined<M::Output, B>
     where
         M: TrainStep + AutodiffModule<B>,
         M::Input: Clone,
@@ -188,10 +191,12 @@ impl<B: AutodiffBackend> Replicas<B> {
         };
         let mut outputs = Vec::with_capacity(passes.len());
         let mut local = Vec::with_capacity(passes.len());
-        for (index, (summed, replica, replica_outputs)) in passes {
+        let mut losses = KeptLosses::default();
+        for (index, (summed, replica, replica_outputs, kept)) in passes {
             let grads = self.receive_grads(index, summed.grads, &replica);
             local.push(Summed { grads, ..summed });
             outputs.push(replica_outputs);
+            losses.append(kept, self.main());
         }
         // Summed in replica order: the result does not depend on which thread, or which rank,
         // finished first.
@@ -200,6 +205,7 @@ impl<B: AutodiffBackend> Replicas<B> {
             grads,
             as_came,
             outputs,
+            losses,
         }
     }
 
@@ -252,7 +258,8 @@ fn join<T>(result: std::thread::Result<T>) -> T {
 }
 
 /// One replica's pass on its device: its weighted gradient (at its moved copy under a local
-/// ascent), the copy it was taken at, and the `TrainStep` outputs of the first pass.
+/// ascent), the copy it was taken at, the `TrainStep` outputs of the first pass and the
+/// losses kept.
 fn replica_pass<B, M>(
     replica: M,
     inputs: Vec<M::Input>,
@@ -260,33 +267,22 @@ fn replica_pass<B, M>(
     loss_scale: Option<f32>,
     local: LocalAscent<'_>,
     link: &StepLink,
-) -> (Summed, M, Vec<M::Output>)
+) -> (Summed, M, Vec<M::Output>, KeptLosses<B>)
 where
     B: AutodiffBackend,
     M: TrainStep + AutodiffModule<B>,
     M::Input: Clone,
 {
     let mut outputs = Vec::with_capacity(inputs.len());
-    let Some((config, lr)) = local else {
-        let grads = weighted_gradient(
-            &replica,
-            inputs,
-            weights,
-            loss_scale,
-            link,
-            Some(&mut outputs),
-        );
-        return (grads, replica, outputs);
+    let pass = |model: &M, inputs, outputs| {
+        weighted_gradient(model, inputs, weights, loss_scale, link, outputs)
     };
-    let first = inputs.clone();
-    let ascent = weighted_gradient(
-        &replica,
-        first,
-        weights,
-        loss_scale,
-        link,
-        Some(&mut outputs),
-    );
+    let Some((config, lr)) = local else {
+        let (grads, losses) = pass(&replica, inputs, Some(&mut outputs));
+        let kept = KeptLosses::new(losses, Vec::new());
+        return (grads, replica, outputs, kept);
+    };
+    let (ascent, first_losses) = pass(&replica, inputs.clone(), Some(&mut outputs));
     let (grads, copy) = shared_copy(&replica, ascent.grads);
     let ascent_copy = Summed {
         grads: copy,
@@ -295,20 +291,22 @@ where
     let moved = perturb(config, lr, replica, grads, loss_scale.unwrap_or(1.0))
         .unwrap_or_else(|error| panic!("{}", error.error));
     if moved.known_unperturbed() {
-        return (ascent_copy, moved.module, outputs);
+        let kept = KeptLosses::new(first_losses, Vec::new());
+        return (ascent_copy, moved.module, outputs, kept);
     }
     drop(ascent_copy);
-    let Summed { grads, as_came } =
-        weighted_gradient(&moved.module, inputs, weights, loss_scale, link, None);
+    let (Summed { grads, as_came }, losses) = pass(&moved.module, inputs, None);
     // Where the ascent's norm stayed on the device, a fault in it reaches the descent here.
     let grads = Summed {
         grads: moved.carry_fault(grads),
         as_came,
     };
-    (grads, moved.module, outputs)
+    let kept = KeptLosses::new(first_losses, losses);
+    (grads, moved.module, outputs, kept)
 }
 
-/// `sum_i grad (weights[i] L(inputs[i]))` at `model` ([`WeightedSum`]).
+/// `sum_i grad (weights[i] L(inputs[i]))` at `model` ([`WeightedSum`]), and each loss with
+/// its weight where the link has readers of the step's report.
 fn weighted_gradient<B, M>(
     model: &M,
     inputs: Vec<M::Input>,
@@ -316,28 +314,31 @@ fn weighted_gradient<B, M>(
     loss_scale: Option<f32>,
     link: &StepLink,
     mut outputs: Option<&mut Vec<M::Output>>,
-) -> Summed
+) -> (Summed, Vec<(Tensor<B, 1>, f64)>)
 where
     B: AutodiffBackend,
     M: TrainStep + AutodiffModule<B>,
 {
     let mut sum = WeightedSum::default();
+    let mut losses = Vec::new();
+    let keep_loss = link.has_readers();
     for (index, (input, &weight)) in inputs.into_iter().zip(weights).enumerate() {
         // Every pass of a batch draws the same random numbers, where SAM seeds them (one
         // replica: `SamTraining` refuses seeded passes over several).
         link.seed_pass(model, index);
-        let (TrainOutput { grads, item }, weighted) =
-            with_pass(loss_scale, weight, || model.step(input));
+        let (TrainOutput { grads, item }, scaled) =
+            with_pass(loss_scale, weight, keep_loss, || model.step(input));
         if let Some(outputs) = outputs.as_mut() {
             outputs.push(item);
         }
+        losses.push((scaled.loss, weight));
         // Weighted in its loss by `scale_loss`, as the direct path does; a `TrainStep`
         // without it (and without loss scaling) is weighted here, after `backward`.
-        let weight = if weighted { 1.0 } else { weight };
+        let weight = if scaled.used { 1.0 } else { weight };
         sum.add(model, grads, weight)
             .unwrap_or_else(|error| panic!("{error}"));
     }
-    sum.finish()
+    (sum.finish(), KeptLosses::of(losses))
 }
 
 /// `grads` and a second handle on each of its gradients (no copy of the data).

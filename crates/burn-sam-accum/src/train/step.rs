@@ -29,7 +29,8 @@ where
     }
 
     /// One pass's gradient at the learner's model, losses scaled by `loss_scale`, in the form
-    /// the optimizer steps with, and the `TrainStep` outputs.
+    /// the optimizer steps with, and the `TrainStep` outputs; the pass's losses are noted on
+    /// the link where a metric reads the step's report.
     fn gradient(
         &self,
         learner: &Learner<LC>,
@@ -47,18 +48,51 @@ where
             true => combined.grads,
             false => cast_to_params(&model, combined.grads),
         };
+        combined.losses.note(&self.link);
         (grads, combined.outputs)
     }
 
     /// One optimizer step from the replicas' windows: each pass the optimizer's next step
     /// takes, its gradient handed over to `Optimizer::step` (the [`burn_sam::strategy`]
-    /// protocol). `report` gets the first pass's `TrainStep` outputs, replica by replica,
-    /// just before the last pass's step, whose read of the norms blocks this thread at once.
-    /// The metrics read the losses on another thread, and a read of a fused tensor drains
-    /// the queue that made it: handed over while this thread was still queuing the next pass,
-    /// the outputs would let the metrics cut that queue at a different point every step, and
-    /// fusion would compile every cut anew (`tests/vulkan_fused_kernels.rs` counts them).
+    /// protocol). `report` gets the first pass's `TrainStep` outputs, replica by replica.
+    ///
+    /// The outputs go just before the last pass's step, whose read of the norms blocks this
+    /// thread at once. The metrics read the losses on another thread, and a read of a fused
+    /// tensor drains the queue that made it: handed over while this thread was still queuing
+    /// the next pass, the outputs would let the metrics cut that queue at a different point
+    /// every step, and fusion would compile every cut anew (`tests/vulkan_fused_kernels.rs`
+    /// counts them). Where a metric reads the step's report ([`StepLink::subscribe`]) they go
+    /// just after the step, its report fed first: a metric then finds it in step order.
+    ///
+    /// [`StepLink::subscribe`]: burn_sam::strategy::StepLink::subscribe
     pub(super) fn optimizer_step(
+        &self,
+        learner: &mut Learner<LC>,
+        shards: Vec<Vec<Input<LC>>>,
+        weights: &[Vec<f64>],
+        lr: LearningRate,
+        mut report: impl FnMut(Vec<Vec<Output<LC>>>),
+    ) {
+        self.link.clear_losses();
+        if !self.link.has_readers() {
+            return self.passes(learner, shards, weights, lr, report);
+        }
+        let mut first = None;
+        self.passes(learner, shards, weights, lr, |outputs| {
+            first = Some(outputs)
+        });
+        let outputs = first.expect("the first pass's outputs");
+        // Fed before the outputs go, where they go (rank 0): the metric of each output finds
+        // its step's report.
+        if self.replicas.peers().is_root() {
+            self.link.feed(outputs.iter().map(Vec::len).sum());
+        }
+        report(outputs);
+    }
+
+    /// The passes of one optimizer step; `report` gets the first pass's outputs just before
+    /// the last pass's step.
+    fn passes(
         &self,
         learner: &mut Learner<LC>,
         mut shards: Vec<Vec<Input<LC>>>,

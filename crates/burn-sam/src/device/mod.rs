@@ -25,4 +25,4 @@ pub(crate) use launch::end_step_on_device;
 pub(crate) use queue_order::by_shape;
 pub use quirks::transfers_through_host;
 pub(crate) use reduce::{reduction_view, squared_norm, sum_all, weighted};
-pub(crate) use scalar::{read_norms, Scalar};
+pub(crate) use scalar::{read_norms, read_norms_and, Scalar};

@@ -142,14 +142,38 @@ fn read_all<B: Backend>(scalars: &[Option<Scalar<B>>]) -> Vec<f64> {
 
 /// `sqrt(squares) / loss_scale` for each of `squares` (0 for `None`), read back together.
 pub(crate) fn read_norms<B: Backend>(squares: &[Option<Scalar<B>>], loss_scale: f32) -> Vec<f64> {
+    read_norms_and(squares, loss_scale, Vec::new()).0
+}
+
+/// [`read_norms`] of `squares` and the values of `also` (NaN for `None`), all read back
+/// together: one host wait.
+pub(crate) fn read_norms_and<B: Backend>(
+    squares: &[Option<Scalar<B>>],
+    loss_scale: f32,
+    also: Vec<Option<Tensor<B, 1>>>,
+) -> (Vec<f64>, Vec<f64>) {
+    let also: Vec<_> = also
+        .into_iter()
+        .map(|value| value.map(Scalar::device))
+        .collect();
+    let given = |scalars: &[Option<Scalar<B>>]| -> Vec<bool> {
+        scalars.iter().map(Option::is_some).collect()
+    };
+    let (norms_given, also_given) = (given(squares), given(&also));
+    let mut values = read_all(&[squares, &also].concat());
+    let also = values.split_off(squares.len());
     let scale = f64::from(loss_scale);
-    let values = read_all(squares).into_iter().zip(squares);
-    values
-        .map(|(squares, given)| match given {
-            Some(_) => squares.sqrt() / scale,
-            None => 0.0,
-        })
-        .collect()
+    let norms = values
+        .into_iter()
+        .zip(norms_given)
+        .map(|(squares, given)| if given { squares.sqrt() / scale } else { 0.0 })
+        .collect();
+    let also = also
+        .into_iter()
+        .zip(also_given)
+        .map(|(value, given)| if given { value } else { f64::NAN })
+        .collect();
+    (norms, also)
 }
 
 /// The values of `[1]` tensors, in one read.

@@ -11,6 +11,7 @@ use crate::config::{max_grad_norm_ok, MAX_GRAD_NORM};
 use crate::error::ConfigError;
 use crate::hand_back::StepError;
 use crate::merge::merge_devices;
+use crate::step_report::{StepOutcome, StepReport};
 
 /// Configuration of [`MixedPrecision`]: loss scaling and f32 master weights for any Burn
 /// optimizer, without SAM.
@@ -114,6 +115,17 @@ impl<O> MixedPrecision<O> {
             .precision
             .guarded_step(&mut self.base, lr, module, grads)?;
         or_hand_back!(self.precision.update(!report.applied), module);
+        self.channel.publish_report(StepReport {
+            outcome: match report.applied {
+                true => StepOutcome::BaseStep,
+                false => StepOutcome::UpdateSkipped,
+            },
+            ascent_grad_norm: f64::NAN,
+            descent_grad_norm: report.grad_norm,
+            loss_scale: report.loss_scale,
+            loss: f64::NAN,
+            perturbed_loss: f64::NAN,
+        });
         Ok((module, report))
     }
 }

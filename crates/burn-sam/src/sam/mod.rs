@@ -21,8 +21,9 @@ use crate::label::check_resume;
 use crate::mixed_precision::{LossScalerConfig, Precision};
 use crate::protocol::Passes;
 
+use crate::step_report::{StepOutcome, StepReport};
 use pending::Pending;
-pub use report::{PendingAscent, SamRecord, SamStats, SamStep, StepOutcome, StepReport};
+pub use report::{PendingAscent, SamRecord, SamStats, SamStep};
 pub use strategy_phases::Phases;
 
 /// Sharpness-Aware Minimization over any Burn optimizer `O`, and the SAM family
@@ -91,7 +92,6 @@ pub struct Sam<O> {
     channel: Channel,
     /// `Optimizer::step` without a strategy's hand-over is the caller's own pass loop.
     step_per_pass: bool,
-    last_report: Option<StepReport>,
 }
 
 impl<O> Sam<O> {
@@ -103,9 +103,8 @@ impl<O> Sam<O> {
             pending: None,
             stats: SamStats::default(),
             precision,
-            channel: Channel::new(),
+            channel: Channel::reading_losses(),
             step_per_pass: false,
-            last_report: None,
         };
         sam.publish();
         sam
@@ -218,7 +217,7 @@ impl<O> Sam<O> {
     /// What the last finished step did: for calls that hand back only the module
     /// (`Optimizer::step`, an ascent that took a base step).
     pub fn last_report(&self) -> Option<StepReport> {
-        self.last_report
+        self.channel.last_report()
     }
 
     /// The configuration.

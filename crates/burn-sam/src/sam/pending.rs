@@ -4,9 +4,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::PendingAscent;
-use crate::device::{read_norms, Scalar};
+use crate::device::{read_norms_and, Scalar};
 use crate::param_map::{AnyValue, ParamMap};
 use crate::state::ParamState;
+use crate::step_losses::StepLosses;
 
 /// What the ascent leaves for the descent.
 #[derive(Clone)]
@@ -33,24 +34,38 @@ impl Pending {
         }
     }
 
-    /// The ascent's report and the descent's unscaled norm (0 without `descent`), read back
-    /// together: one host wait.
+    /// The ascent's report, the descent's unscaled norm (0 without `descent`) and the step's
+    /// noted losses `[L(w), L(w + e)]` (NaN where none was noted), read back together: one
+    /// host wait.
     pub fn read_norms<B: Backend>(
         &self,
         descent: Option<Tensor<B, 1>>,
         loss_scale: f32,
-    ) -> (PendingAscent, f64) {
+        losses: &StepLosses,
+    ) -> StepRead {
         let ascent = self.ascent_squares.as_ref().map(|squares| {
             squares
                 .get::<Option<Scalar<B>>>()
                 .expect("the ascent's norm is on the descent's backend")
         });
         let gradient_ascent = ascent.is_some();
-        let norms = read_norms(&[ascent.flatten(), descent.map(Scalar::device)], loss_scale);
-        let ascent = match gradient_ascent {
-            true => PendingAscent::of(norms[0]),
-            false => PendingAscent::NONE,
-        };
-        (ascent, norms[1])
+        let squares = [ascent.flatten(), descent.map(Scalar::device)];
+        let (norms, sums) = read_norms_and(&squares, loss_scale, losses.sums::<B>().into());
+        StepRead {
+            ascent: match gradient_ascent {
+                true => PendingAscent::of(norms[0]),
+                false => PendingAscent::NONE,
+            },
+            descent_norm: norms[1],
+            losses: losses.means([sums[0], sums[1]]),
+        }
     }
+}
+
+/// What the step's one read gives.
+pub(super) struct StepRead {
+    pub ascent: PendingAscent,
+    pub descent_norm: f64,
+    /// `[L(w), L(w + e)]`.
+    pub losses: [f64; 2],
 }

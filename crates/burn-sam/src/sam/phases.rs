@@ -27,8 +27,8 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::pending::Pending;
-use super::{PendingAscent, Sam, StepOutcome, StepReport};
+use super::pending::{Pending, StepRead};
+use super::{Sam, StepOutcome, StepReport};
 use crate::error::SamError;
 use crate::family::Plan;
 use crate::filter::perturbed_params;
@@ -124,13 +124,24 @@ impl<O> Sam<O> {
     {
         // The scale first, as every ascent checks it: a refused step has used the mark.
         or_hand_back!(self.precision.check_scaled(), module);
-        let norm = or_hand_back!(self.precision.grad_norm(&module, &grads), module);
+        let squares = or_hand_back!(self.precision.grad_squares(&module, &grads), module);
+        // The losses noted so far are read with the norm: a base step's report needs no
+        // other read (a SAM step's descent reads them again, with its own norms).
+        let losses = self.channel.take_losses();
+        let read = Pending::without_ascent(ParamMap::default()).read_norms::<B::InnerBackend>(
+            squares,
+            self.precision.loss_scale(),
+            &losses,
+        );
         // Checked: the phase decided on takes the same gradients.
         self.precision.vouch();
-        match self.family.decide(norm * norm) {
-            Plan::Ascent => self.gradient_ascent(lr, module, grads),
+        match self.family.decide(read.descent_norm.powi(2)) {
+            Plan::Ascent => {
+                self.channel.restore_losses(losses);
+                self.gradient_ascent(lr, module, grads)
+            }
             _ => self
-                .step_descent(lr, module, grads, Some(norm))
+                .step_descent(lr, module, grads, Some(read))
                 .map(|(module, _)| module),
         }
     }
@@ -218,13 +229,14 @@ impl<O> Sam<O> {
     }
 
     /// The descent's step, once the pending ascent (if any) is known to match `module`;
-    /// `known_norm`: the unscaled norm of `grads`, when it was read already.
+    /// `known`: the step's read, when it was made already (the unscaled norm of `grads`, the
+    /// losses).
     pub(super) fn step_descent<M, B>(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        known_norm: Option<f64>,
+        known: Option<StepRead>,
     ) -> Result<(M, StepReport), StepError<M>>
     where
         M: AutodiffModule<B>,
@@ -234,21 +246,22 @@ impl<O> Sam<O> {
         or_hand_back!(self.channel.check_resumed(&module), module);
         let loss_scale = self.precision.loss_scale();
         // An adaptive base step's norm was read for its decision: no second read.
-        let descent = self
-            .precision
-            .check_scaled()
-            .and_then(|()| match known_norm {
-                Some(_) => Ok(None),
-                None => self.precision.grad_squares(&module, &grads),
-            });
+        let descent = self.precision.check_scaled().and_then(|()| match known {
+            Some(_) => Ok(None),
+            None => self.precision.grad_squares(&module, &grads),
+        });
         let (module, mut pending) = match self.pending.is_some() {
             true => self.put_back(module),
             false => (module, Pending::without_ascent(ParamMap::default())),
         };
         // Refused gradients end the step unfinished: the weights go back to `w`.
         let descent = or_hand_back!(descent, module);
-        let (ascent, read) = pending.read_norms::<B::InnerBackend>(descent, loss_scale);
-        let descent_grad_norm = known_norm.unwrap_or(read);
+        let losses = self.channel.take_losses();
+        let read = match known {
+            Some(read) => read,
+            None => pending.read_norms::<B::InnerBackend>(descent, loss_scale, &losses),
+        };
+        let (ascent, descent_grad_norm) = (read.ascent, read.descent_norm);
         let grads = match descent_grad_norm.is_finite() && ascent.perturbed {
             true => self.family.descent(
                 &module,
@@ -267,10 +280,7 @@ impl<O> Sam<O> {
             self.family.commit(state, self.config.rho_at(lr));
         }
         let outcome = StepOutcome::of(self.family.plan(), applied, ascent.perturbed);
-        let report = or_hand_back!(
-            self.finish(ascent, outcome, descent_grad_norm, loss_scale),
-            module
-        );
+        let report = or_hand_back!(self.finish(read, outcome, loss_scale), module);
         Ok((module, report))
     }
 
@@ -308,11 +318,11 @@ impl<O> Sam<O> {
     /// The step's one loss-scale update and counters.
     pub(super) fn finish(
         &mut self,
-        ascent: PendingAscent,
+        read: StepRead,
         outcome: StepOutcome,
-        descent_grad_norm: f64,
         loss_scale: f32,
     ) -> Result<StepReport, SamError> {
+        let ascent = read.ascent;
         if !ascent.perturbed {
             log::warn!(
                 "SAM ascent gradient norm {} at loss scale {loss_scale}: this batch was not perturbed",
@@ -329,14 +339,17 @@ impl<O> Sam<O> {
         self.publish();
         let skipped = outcome == StepOutcome::UpdateSkipped;
         self.precision.update(skipped || !ascent.perturbed)?;
+        let [loss, perturbed_loss] = read.losses;
         let report = StepReport {
             outcome,
             ascent_grad_norm: ascent.grad_norm,
-            descent_grad_norm,
+            descent_grad_norm: read.descent_norm,
             loss_scale,
+            loss,
+            perturbed_loss,
         };
         log::debug!("SAM step {}: {report:?}", self.stats.steps);
-        self.last_report = Some(report);
+        self.channel.publish_report(report);
         Ok(report)
     }
 }

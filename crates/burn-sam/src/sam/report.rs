@@ -8,6 +8,7 @@ use crate::family::{Plan, VariantRecord};
 use crate::label::SamRecordLabel;
 use crate::mixed_precision::MixedPrecisionRecord;
 use crate::schedule::ScheduleRecord;
+use crate::step_report::{StepOutcome, StepReport};
 
 /// What [`Sam::ascend`](super::Sam::ascend) did, as its descent (or
 /// [`Phases::pending_ascent`](crate::strategy::Phases::pending_ascent)) reads it.
@@ -73,24 +74,6 @@ pub struct SamRecord {
     pub schedule: Option<ScheduleRecord>,
 }
 
-/// What one SAM step did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepOutcome {
-    /// Perturbed, then stepped with the gradient at the perturbed weights.
-    Applied,
-    /// The ascent gradient was not finite: the weights were not perturbed and the base
-    /// optimizer stepped with the descent gradient, taken at the unperturbed weights.
-    AscentSkipped,
-    /// The descent gradient was not finite: weights and base optimizer state are unchanged.
-    UpdateSkipped,
-    /// A one-pass step: LookSAM's, stepped with the gradient at the weights plus the direction
-    /// kept by the last full step, or Momentum-SAM's, with the gradient at its look-ahead.
-    SinglePass,
-    /// A [`SamSchedule`](crate::SamSchedule)'s base step: one pass, the base optimizer
-    /// stepped with the gradient at the weights, as without SAM.
-    BaseStep,
-}
-
 impl StepOutcome {
     /// What a step of `plan` did, once its descent `applied` the update or not, with an ascent
     /// that `perturbed` the weights or found its gradient not finite.
@@ -103,28 +86,6 @@ impl StepOutcome {
             (true, _) => Self::Applied,
         }
     }
-}
-
-impl StepOutcome {
-    /// Whether the base optimizer stepped.
-    pub fn applied(self) -> bool {
-        self != Self::UpdateSkipped
-    }
-}
-
-/// The outcome of one step and the gradient norms it saw.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct StepReport {
-    /// What happened.
-    pub outcome: StepOutcome,
-    /// `||a * g||` of the ascent direction (SAM: `a = 1`, the gradient), the norm the
-    /// perturbation divides by (NaN on a one-pass step, which has no ascent).
-    pub ascent_grad_norm: f64,
-    /// `||g||` of the descent gradient, the one the base optimizer steps with (NaN after
-    /// [`Phases::skip`](crate::strategy::Phases::skip), which has none).
-    pub descent_grad_norm: f64,
-    /// The loss scale of the descent pass (1 without loss scaling). Norms are unscaled.
-    pub loss_scale: f32,
 }
 
 /// The result of [`Sam::step_with`](super::Sam::step_with).

@@ -6,6 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use super::{PendingAscent, Sam, StepOutcome, StepReport};
 use crate::hand_back::StepError;
+use crate::step_losses::StepLosses;
 
 /// SAM's phases beyond [`Sam::ascend`] and [`Sam::descend`], for code that drives them over
 /// several gradients per step (gradient accumulation's windows, m-sharpness).
@@ -43,7 +44,12 @@ impl<O> Phases for Sam<O> {
     fn pending_ascent<B: AutodiffBackend>(&self) -> Option<PendingAscent> {
         let pending = self.pending.as_ref()?;
         let loss_scale = self.precision.loss_scale();
-        Some(pending.read_norms::<B::InnerBackend>(None, loss_scale).0)
+        let losses = StepLosses::default();
+        Some(
+            pending
+                .read_norms::<B::InnerBackend>(None, loss_scale, &losses)
+                .ascent,
+        )
     }
 
     fn skip<M, B>(&mut self, module: M) -> Result<(M, StepReport), StepError<M>>
@@ -54,9 +60,11 @@ impl<O> Phases for Sam<O> {
         or_hand_back!(self.check_pending(&module), module);
         let loss_scale = self.precision.loss_scale();
         let (module, pending) = self.put_back(module);
-        let (ascent, _) = pending.read_norms::<B::InnerBackend>(None, loss_scale);
+        let losses = self.channel.take_losses();
+        let mut read = pending.read_norms::<B::InnerBackend>(None, loss_scale, &losses);
+        read.descent_norm = f64::NAN;
         let report = or_hand_back!(
-            self.finish(ascent, StepOutcome::UpdateSkipped, f64::NAN, loss_scale),
+            self.finish(read, StepOutcome::UpdateSkipped, loss_scale),
             module
         );
         Ok((module, report))

@@ -17,6 +17,11 @@ use crate::hand_back::StepError;
 use crate::mixed_precision::LossScaleHandle;
 use crate::protocol::{check_handed_scale, Handover, NextStep, Passes};
 use crate::seed::seed_pass;
+use crate::step_losses::StepLosses;
+use crate::step_report::StepReport;
+
+mod reports;
+pub use reports::ReportFeed;
 
 /// The optimizer's end of the channel, shared with every [`StepLink`] built from it and with
 /// the optimizer's clones.
@@ -42,6 +47,12 @@ struct Messages {
     saved_model: Option<SavedModel>,
     /// Whether the optimizer's ascent waits for its descent (published by the optimizer).
     awaiting_descent: bool,
+    /// The losses noted for the step under way, where the optimizer reads them (`Sam`).
+    losses: Option<StepLosses>,
+    /// The last step's report (published by the optimizer).
+    last_report: Option<StepReport>,
+    /// The readers of the steps' reports (a `Learner`'s metrics).
+    feeds: Vec<ReportFeed>,
 }
 
 /// What a strategy or a loop of one's own says of the record being taken.
@@ -67,7 +78,42 @@ impl Channel {
             checkpoint: Checkpoint::default(),
             saved_model: None,
             awaiting_descent: false,
+            losses: None,
+            last_report: None,
+            feeds: Vec::new(),
         })))
+    }
+
+    /// A channel whose optimizer reads the losses noted for its steps ([`StepLink::note_loss`]).
+    pub fn reading_losses() -> Self {
+        let channel = Self::new();
+        channel.messages().losses = Some(StepLosses::default());
+        channel
+    }
+
+    /// The losses noted for the step that ends now; the next step's start from none.
+    pub fn take_losses(&self) -> StepLosses {
+        let mut messages = self.messages();
+        match messages.losses.as_mut() {
+            Some(losses) => core::mem::take(losses),
+            None => StepLosses::default(),
+        }
+    }
+
+    /// Puts back losses taken before the step's end, for its end to read.
+    pub fn restore_losses(&self, losses: StepLosses) {
+        if let Some(noted) = self.messages().losses.as_mut() {
+            *noted = losses;
+        }
+    }
+
+    /// The step's report, for the strategy that hands it to the report feeds.
+    pub fn publish_report(&self, report: StepReport) {
+        self.messages().last_report = Some(report);
+    }
+
+    pub fn last_report(&self) -> Option<StepReport> {
+        self.messages().last_report
     }
 
     fn messages(&self) -> MutexGuard<'_, Messages> {

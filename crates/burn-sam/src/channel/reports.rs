@@ -1,0 +1,88 @@
+//! What a step reports to the strategy's side of the link: the losses its passes noted, read
+//! back with the step's norms, and the step's report for the readers that subscribed (a
+//! `Learner`'s metrics).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+
+use super::StepLink;
+use crate::step_report::StepReport;
+
+impl StepLink {
+    /// Notes micro-batch loss `loss` (unscaled, detached or not) of the pass running now, with
+    /// `weight`, its share of the window, for the step's report: at the weights the optimizer
+    /// holds, `w`, or at its perturbed weights while an ascent awaits its descent
+    /// ([`StepLink::awaits_descent`]). The step reads the weighted means back with its norms
+    /// ([`StepReport::loss`], [`StepReport::perturbed_loss`]). A no-op for an optimizer that
+    /// reports no losses (any but [`Sam`](crate::Sam)).
+    pub fn note_loss<B: AutodiffBackend>(&self, loss: Tensor<B, 1>, weight: f64) {
+        let perturbed = self.awaits_descent();
+        self.note(loss, weight, perturbed);
+    }
+
+    /// Drops the losses noted so far: call it as a step starts, so that the losses of a step
+    /// that ended in an error are not counted in the next.
+    pub fn clear_losses(&self) {
+        self.channel.take_losses();
+    }
+
+    /// As [`StepLink::note_loss`], for a pass at weights the strategy perturbed itself (a local
+    /// ascent, whose optimizer awaits no descent).
+    pub fn note_perturbed_loss<B: AutodiffBackend>(&self, loss: Tensor<B, 1>, weight: f64) {
+        self.note(loss, weight, true);
+    }
+
+    fn note<B: AutodiffBackend>(&self, loss: Tensor<B, 1>, weight: f64, perturbed: bool) {
+        if let Some(losses) = self.channel.messages().losses.as_mut() {
+            losses.note(loss.inner(), weight, perturbed);
+        }
+    }
+
+    /// The report of the optimizer's last step (`None` before one, and for Burn's optimizers).
+    pub fn last_report(&self) -> Option<StepReport> {
+        self.channel.last_report()
+    }
+
+    /// A new reader of the steps' reports, fed by the strategy ([`StepLink::feed`]).
+    pub fn subscribe(&self) -> ReportFeed {
+        let feed = ReportFeed::default();
+        self.channel.messages().feeds.push(feed.clone());
+        feed
+    }
+
+    /// Whether any reader subscribed ([`StepLink::subscribe`]).
+    pub fn has_readers(&self) -> bool {
+        !self.channel.messages().feeds.is_empty()
+    }
+
+    /// Hands the last step's report to every reader, once for each of the step's `items`
+    /// (the `Learner` outputs it reported).
+    pub fn feed(&self, items: usize) {
+        let messages = self.channel.messages();
+        for feed in &messages.feeds {
+            feed.push(messages.last_report, items);
+        }
+    }
+}
+
+/// One reader's queue of step reports, in step order: what a `Learner` metric of SAM's
+/// reads for each output it gets ([`StepLink::subscribe`]).
+#[derive(Clone, Debug, Default)]
+pub struct ReportFeed(Arc<Mutex<VecDeque<Option<StepReport>>>>);
+
+impl ReportFeed {
+    fn push(&self, report: Option<StepReport>, items: usize) {
+        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.extend(std::iter::repeat_n(report, items));
+    }
+
+    /// The report for the next output, oldest first: `None` when none is queued,
+    /// `Some(None)` for a step of an optimizer that reports none.
+    pub fn next(&self) -> Option<Option<StepReport>> {
+        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.pop_front()
+    }
+}
