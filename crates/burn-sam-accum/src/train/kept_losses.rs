@@ -7,6 +7,7 @@ use burn::tensor::{Device, Tensor};
 use burn_sam::strategy::StepLink;
 
 use super::pass_scale::PassLoss;
+use super::transfer::tensor_to;
 
 /// Each micro-batch's loss (detached, unscaled) and its weight in the window.
 type Losses<B> = Vec<(Tensor<B, 1>, f64)>;
@@ -45,16 +46,31 @@ impl<B: AutodiffBackend> KeptLosses<B> {
         }
     }
 
-    /// Adds `other`'s losses after these, moved to `device`.
+    /// Adds `other`'s losses after these, moved to `device` in one transfer (through the host
+    /// where the devices exchange tensors that way: one read).
     pub fn append(&mut self, other: Self, device: &Device<B>) {
-        let moved = |losses: Losses<B>| {
-            losses
-                .into_iter()
-                .map(|(loss, w)| (loss.to_device(device), w))
+        let split = other.at_pass.len();
+        let all: Vec<_> = other
+            .at_pass
+            .into_iter()
+            .chain(other.locally_perturbed)
+            .collect();
+        let Some((first, _)) = all.first() else {
+            return;
         };
-        self.at_pass.extend(moved(other.at_pass));
-        self.locally_perturbed
-            .extend(moved(other.locally_perturbed));
+        let moved = match first.device() == *device {
+            true => all,
+            false => {
+                let (losses, weights): (Vec<_>, Vec<_>) = all.into_iter().unzip();
+                let joined = Tensor::cat(losses, 0).inner();
+                let joined = Tensor::<B, 1>::from_inner(tensor_to(joined, device));
+                let parts = (0..weights.len()).map(|i| joined.clone().slice([i..i + 1]));
+                parts.zip(weights).collect()
+            }
+        };
+        let mut moved = moved.into_iter();
+        self.at_pass.extend(moved.by_ref().take(split));
+        self.locally_perturbed.extend(moved);
     }
 
     /// Notes the losses on `link`, in order.

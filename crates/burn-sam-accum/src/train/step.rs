@@ -13,6 +13,10 @@ use super::replicas::LocalAscent;
 use super::{Ascent, Input, Output, SamTraining};
 use crate::optimizer::WindowOptimizer;
 
+/// How long a step waits for SAM's metrics to read a step's report before it warns and goes
+/// on: far longer than Burn's metrics take for a step's outputs.
+const READERS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl<LC> SamTraining<LC>
 where
     LC: LearningComponentsTypes + 'static,
@@ -62,7 +66,9 @@ where
     /// the next pass, the outputs would let the metrics cut that queue at a different point
     /// every step, and fusion would compile every cut anew (`tests/vulkan_fused_kernels.rs`
     /// counts them). Where a metric reads the step's report ([`StepLink::subscribe`]) they go
-    /// just after the step, its report fed first: a metric then finds it in step order.
+    /// just after the step, its report fed first (a metric then finds it in step order), and
+    /// the next step waits until the metrics have read them: their reads of the outputs then
+    /// cut the queue just after the step, every step.
     ///
     /// [`StepLink::subscribe`]: burn_sam::strategy::StepLink::subscribe
     pub(super) fn optimizer_step(
@@ -83,11 +89,15 @@ where
         });
         let outputs = first.expect("the first pass's outputs");
         // Fed before the outputs go, where they go (rank 0): the metric of each output finds
-        // its step's report.
-        if self.replicas.peers().is_root() {
+        // its step's report. Then read before the next step queues anything.
+        let root = self.replicas.peers().is_root();
+        if root {
             self.link.feed(outputs.iter().map(Vec::len).sum());
         }
         report(outputs);
+        if root {
+            self.link.await_readers(READERS_PATIENCE);
+        }
     }
 
     /// The passes of one optimizer step; `report` gets the first pass's outputs just before

@@ -9,7 +9,12 @@ use burn::tensor::{Device, Tensor};
 use burn_sam::diagnostics;
 use burn_sam::strategy::{map_grads, transfers_through_host, GradMap, ParamGrad};
 
-fn tensor_to<B: Backend, const D: usize>(tensor: Tensor<B, D>, device: &Device<B>) -> Tensor<B, D> {
+/// `tensor` on `device`, through the host where the backend's devices exchange tensors that
+/// way (a read).
+pub(super) fn tensor_to<B: Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+    device: &Device<B>,
+) -> Tensor<B, D> {
     if tensor.device() == *device || !transfers_through_host::<B>(device) {
         return tensor.to_device(device);
     }

@@ -3,7 +3,8 @@
 //! `Learner`'s metrics).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
@@ -66,23 +67,61 @@ impl StepLink {
             feed.push(messages.last_report, items);
         }
     }
+
+    /// Waits until every reader has read what it was fed: a `Learner`'s metrics run on
+    /// another thread, and the reads of their outputs then cut the device queue at the same
+    /// point every step (after the step). A reader that reads nothing for `patience` (one
+    /// registered where no output reaches it, such as a validation metric) is waited for no
+    /// longer, with a warning.
+    pub fn await_readers(&self, patience: Duration) {
+        let feeds = self.channel.messages().feeds.clone();
+        for feed in feeds {
+            if !feed.await_read(patience) {
+                log::warn!(
+                    "a reader of SAM's step reports (a SamMetric) read nothing for {patience:?}: \
+                     register SAM's metrics for training (metric_train_numeric)"
+                );
+            }
+        }
+    }
 }
 
 /// One reader's queue of step reports, in step order: what a `Learner` metric of SAM's
 /// reads for each output it gets ([`StepLink::subscribe`]).
 #[derive(Clone, Debug, Default)]
-pub struct ReportFeed(Arc<Mutex<VecDeque<Option<StepReport>>>>);
+pub struct ReportFeed(Arc<(Mutex<VecDeque<Option<StepReport>>>, Condvar)>);
 
 impl ReportFeed {
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Option<StepReport>>> {
+        self.0 .0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn push(&self, report: Option<StepReport>, items: usize) {
-        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        queue.extend(std::iter::repeat_n(report, items));
+        self.queue().extend(std::iter::repeat_n(report, items));
     }
 
     /// The report for the next output, oldest first: `None` when none is queued,
     /// `Some(None)` for a step of an optimizer that reports none.
     pub fn next(&self) -> Option<Option<StepReport>> {
-        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        queue.pop_front()
+        let next = self.queue().pop_front();
+        self.0 .1.notify_all();
+        next
+    }
+
+    /// Whether everything fed was read within `patience` of the last read.
+    fn await_read(&self, patience: Duration) -> bool {
+        let mut queue = self.queue();
+        while !queue.is_empty() {
+            let (left, waited) = self
+                .0
+                 .1
+                .wait_timeout(queue, patience)
+                .unwrap_or_else(PoisonError::into_inner);
+            if waited.timed_out() {
+                return false;
+            }
+            queue = left;
+        }
+        true
     }
 }
