@@ -124,7 +124,8 @@ pub struct Args {
     /// Where to draw the test-accuracy curves.
     #[arg(long, default_value = "noisy-digits.svg")]
     plot: PathBuf,
-    /// Where to draw SAM's mean sharpness `L(w + e) - L(w)` per epoch, one line per method.
+    /// Where to draw the sharpness `L(w + e) - L(w)` at `--rho` after each epoch, on the first
+    /// 512 training images, one line per method (every method measured alike).
     #[arg(long, default_value = "noisy-digits-sharpness.svg")]
     sharpness_plot: PathBuf,
     /// Where to draw final test accuracy against time per epoch, one point per method.
@@ -486,6 +487,7 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                 lr: args.lr(),
                 dtype,
                 seed,
+                probe_rho: args.rho,
             };
             // A bar on a terminal; indicatif draws nothing when stderr is a file or a pipe,
             // which then gets only the line printed per finished run.
@@ -554,6 +556,9 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
         let sharpness: Vec<f64> = (0..args.epochs)
             .map(|e| mean_of_finite(runs.iter().map(|r| r.sharpness[e])))
             .collect();
+        let probed: Vec<f64> = (0..args.epochs)
+            .map(|e| mean_of_finite(runs.iter().map(|r| r.probed_sharpness[e])))
+            .collect();
         let early = mean_of_finite(sharpness.iter().take(5).copied());
         let early = match early.is_finite() {
             true => format!("{early:.3}"),
@@ -585,13 +590,12 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
                 "base": args.base.name(),
                 "lr": args.lr(),
                 "sharpness_curve": sharpness.iter().map(|s| s.is_finite().then_some(*s)).collect::<Vec<_>>(),
+                "probed_sharpness_curve": probed,
             }),
         );
         let name = args.name(*method).to_string();
         curves.push((name.clone(), curve));
-        if sharpness.iter().any(|s| s.is_finite()) {
-            sharpness_curves.push((name.clone(), sharpness));
-        }
+        sharpness_curves.push((name.clone(), probed));
         trade_off.push((name, seconds, mean, sd));
     }
 
@@ -605,9 +609,10 @@ pub fn run(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, St
         Err(error) => eprintln!("cannot write {}: {error}", args.plot.display()),
     }
     let title = format!(
-        "UCI digits, {:.0}% label noise, over {}: SAM's sharpness L(w + e) - L(w) per epoch",
+        "{:.0}% label noise, over {}: L(w + e) - L(w) at rho {} on 512 training images",
         args.noise * 100.0,
-        args.base.name()
+        args.base.name(),
+        args.rho
     );
     let path = &args.sharpness_plot;
     match std::fs::write(path, plot::sharpness_svg(&title, &sharpness_curves)) {

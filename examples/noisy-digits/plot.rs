@@ -130,8 +130,7 @@ pub fn svg(title: &str, curves: &[(String, Vec<f64>)]) -> String {
     epoch_curves(title, curves, accuracy_axis(lowest))
 }
 
-/// One line per method: its name and SAM's mean sharpness `L(w + e) - L(w)` in each epoch
-/// (methods without it left out).
+/// One line per method: its name and the sharpness `L(w + e) - L(w)` after each epoch.
 pub fn sharpness_svg(title: &str, curves: &[(String, Vec<f64>)]) -> String {
     let values = curves.iter().flat_map(|(_, c)| c).filter(|v| v.is_finite());
     let (low, high) = values.fold((0.0_f64, 0.0_f64), |(l, h), &v| (l.min(v), h.max(v)));

@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor};
-use burn_sam::StepOutcome;
+use burn_sam::{SamConfig, StepOutcome};
 use burn_sam_accum::{AccumulationConfig, MicroBatch, WindowOptimizer};
 use burn_sam_suite::bench::{Cnn, CnnConfig};
 use burn_sam_suite::{Mlp, MlpConfig};
@@ -24,6 +25,8 @@ pub struct Setup<'a> {
     pub lr: f64,
     pub dtype: FloatDType,
     pub seed: u64,
+    /// The radius the sharpness probe perturbs by at the end of each epoch.
+    pub probe_rho: f64,
 }
 
 /// Test accuracy after each epoch, training accuracy on the (noisy) labels at the end, and
@@ -37,9 +40,12 @@ pub struct Run {
     /// The fraction of steps that took SAM's two passes (LookSAM's full steps; none for SGD
     /// and Momentum-SAM).
     pub two_pass_steps: f64,
-    /// SAM's mean sharpness `L(w + e) - L(w)` over each epoch's steps that had it (NaN for
-    /// an epoch without one).
+    /// SAM's mean sharpness `L(w + e) - L(w)` over each epoch's steps that had it, as its
+    /// step reports (and the `Learner`'s metric) give it (NaN for an epoch without one).
     pub sharpness: Vec<f64>,
+    /// The same sharpness at the end of each epoch, on a fixed batch of training images at
+    /// radius `probe_rho`, for every method alike.
+    pub probed_sharpness: Vec<f64>,
 }
 
 /// A model the example trains: the digits' 64 pixels in, 10 logits out.
@@ -97,6 +103,9 @@ where
     let mut seconds = 0.0;
     let (mut steps, mut two_pass) = (0, 0);
     let mut sharpness = Vec::new();
+    let mut probed_sharpness = Vec::new();
+    let probe_rows: Vec<usize> = (0..setup.train.len().min(512)).collect();
+    let probe_batch = setup.train.batch::<B>(&probe_rows, setup.dtype, &device);
     for epoch in 1..=setup.epochs {
         let start = Instant::now();
         let (mut sharpness_sum, mut sharpness_steps) = (0.0, 0);
@@ -125,6 +134,7 @@ where
         seconds += start.elapsed().as_secs_f64();
         sharpness.push(sharpness_sum / f64::from(sharpness_steps));
         test_accuracy.push(accuracy(&model.valid(), setup.test, setup.dtype));
+        probed_sharpness.push(probe(&model, &probe_batch, &loss, setup.probe_rho));
         progress(epoch, *test_accuracy.last().unwrap());
     }
     let weights = model.valid();
@@ -135,7 +145,27 @@ where
         epoch_seconds: seconds / setup.epochs as f64,
         two_pass_steps: two_pass as f64 / steps as f64,
         sharpness,
+        probed_sharpness,
     }
+}
+
+/// `L(w + e) - L(w)` of `loss` on `batch`, `e` SAM's perturbation at radius `rho` (a fresh
+/// SAM's ascent, its first step): how sharp the weights are, whatever trained them.
+fn probe<B, M, T>(model: &M, batch: &T, loss: impl Fn(&M, &T) -> Tensor<B, 1>, rho: f64) -> f64
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    let value = |loss: Tensor<B, 1>| loss.into_scalar().elem::<f64>();
+    let at_w = loss(model, batch);
+    let grads = GradientsParams::from_grads(at_w.clone().backward(), model);
+    let mut sam = SamConfig::new()
+        .with_rho(rho)
+        .init(SgdConfig::new().init::<B, M>());
+    let perturbed = sam
+        .ascend(0.0, model.clone(), grads)
+        .expect("a probe's ascent");
+    value(loss(&perturbed, batch).detach()) - value(at_w.detach())
 }
 
 /// `||w||` over every parameter of `model`.
