@@ -52,7 +52,7 @@ struct Messages {
     /// The last step's report (published by the optimizer).
     last_report: Option<StepReport>,
     /// The readers of the steps' reports (a `Learner`'s metrics).
-    feeds: Vec<ReportFeed>,
+    feeds: Vec<reports::Feeding>,
 }
 
 /// What a strategy or a loop of one's own says of the record being taken.

@@ -3,7 +3,7 @@
 //! `Learner`'s metrics).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use burn::tensor::backend::AutodiffBackend;
@@ -47,49 +47,67 @@ impl StepLink {
         self.channel.last_report()
     }
 
-    /// A new reader of the steps' reports, fed by the strategy ([`StepLink::feed`]).
+    /// A new reader of the steps' reports, fed by the strategy ([`StepLink::feed`]) while it
+    /// lives.
     pub fn subscribe(&self) -> ReportFeed {
         let feed = ReportFeed::default();
-        self.channel.messages().feeds.push(feed.clone());
+        let feeding = Arc::downgrade(&feed.0);
+        self.channel.messages().feeds.push(feeding);
         feed
     }
 
-    /// Whether any reader subscribed ([`StepLink::subscribe`]).
+    /// The readers that live, the others forgotten.
+    fn readers(&self) -> Vec<ReportFeed> {
+        let mut messages = self.channel.messages();
+        messages.feeds.retain(|feeding| feeding.strong_count() > 0);
+        let live = messages.feeds.iter().filter_map(Weak::upgrade);
+        live.map(ReportFeed).collect()
+    }
+
+    /// Whether any reader lives ([`StepLink::subscribe`]).
     pub fn has_readers(&self) -> bool {
-        !self.channel.messages().feeds.is_empty()
+        !self.readers().is_empty()
     }
 
     /// Hands the last step's report to every reader, once for each of the step's `items`
     /// (the `Learner` outputs it reported).
     pub fn feed(&self, items: usize) {
-        let messages = self.channel.messages();
-        for feed in &messages.feeds {
-            feed.push(messages.last_report, items);
+        let report = self.last_report();
+        for feed in self.readers() {
+            feed.push(report, items);
         }
     }
 
     /// Waits until every reader has read what it was fed: a `Learner`'s metrics run on
     /// another thread, and the reads of their outputs then cut the device queue at the same
     /// point every step (after the step). A reader that reads nothing for `patience` (one
-    /// registered where no output reaches it, such as a validation metric) is waited for no
-    /// longer, with a warning.
+    /// registered where no output reaches it, such as a validation metric) is fed and waited
+    /// for no longer, with a warning.
     pub fn await_readers(&self, patience: Duration) {
-        let feeds = self.channel.messages().feeds.clone();
-        for feed in feeds {
-            if !feed.await_read(patience) {
-                log::warn!(
-                    "a reader of SAM's step reports (a SamMetric) read nothing for {patience:?}: \
-                     register SAM's metrics for training (metric_train_numeric)"
-                );
+        for feed in self.readers() {
+            if feed.await_read(patience) {
+                continue;
             }
+            log::warn!(
+                "a reader of SAM's step reports (a SamMetric) read nothing for {patience:?}: \
+                 register SAM's metrics for training (metric_train_numeric)"
+            );
+            let stalled = Arc::downgrade(&feed.0);
+            let mut messages = self.channel.messages();
+            messages.feeds.retain(|feeding| !feeding.ptr_eq(&stalled));
         }
     }
 }
 
+/// What the link keeps of a reader: nothing once the reader is dropped.
+pub(super) type Feeding = Weak<Queue>;
+
+type Queue = (Mutex<VecDeque<Option<StepReport>>>, Condvar);
+
 /// One reader's queue of step reports, in step order: what a `Learner` metric of SAM's
 /// reads for each output it gets ([`StepLink::subscribe`]).
 #[derive(Clone, Debug, Default)]
-pub struct ReportFeed(Arc<(Mutex<VecDeque<Option<StepReport>>>, Condvar)>);
+pub struct ReportFeed(Arc<Queue>);
 
 impl ReportFeed {
     fn queue(&self) -> MutexGuard<'_, VecDeque<Option<StepReport>>> {
@@ -123,5 +141,44 @@ impl ReportFeed {
             queue = left;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::Linear;
+    use burn::optim::SgdConfig;
+
+    use crate::channel::Linkable;
+    use crate::SamConfig;
+
+    type B = Autodiff<Flex>;
+
+    #[test]
+    fn readers_get_each_item_once_and_stalled_or_dropped_ones_are_forgotten() {
+        let sam = SamConfig::new().init(SgdConfig::new().init::<B, Linear<B>>());
+        let link = sam.step_link();
+        assert!(!link.has_readers());
+        let reader = link.subscribe();
+        drop(link.subscribe());
+        assert!(link.has_readers());
+        // Before any step: fed `None` (no report), once per item, oldest first.
+        link.feed(2);
+        assert_eq!(reader.next(), Some(None));
+        assert_eq!(reader.next(), Some(None));
+        assert_eq!(reader.next(), None);
+        // Everything read: no wait.
+        link.await_readers(Duration::from_secs(60));
+        assert!(link.has_readers());
+        // A reader that never reads is waited for once, then fed no more.
+        link.feed(1);
+        link.await_readers(Duration::from_millis(10));
+        assert!(!link.has_readers());
+        link.feed(1);
+        assert_eq!(reader.next(), Some(None), "the item fed before it stalled");
+        assert_eq!(reader.next(), None, "nothing fed after");
     }
 }
