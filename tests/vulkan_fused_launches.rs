@@ -34,14 +34,17 @@ type B = Autodiff<Vulkan>;
 /// and on an idle lavapipe VM four runs of this test gave 2.64, 2.80, 3.41 and 2.64 (the
 /// same code; 2026-12-07). A change that adds a launch per tensor (LookSAM: from its 2.65 to
 /// 3.65), or a wait, fails here.
+/// Since issue 62 the step's report reads the losses of its passes with its norms: the one
+/// read gathers two more values (Momentum-SAM's one), 2 launches more per step, none per
+/// tensor (SAM 21, ASAM 26, GSAM 37, LookSAM 30.5, Momentum-SAM 18 measured; 2026-12-07).
 const BOUNDS: [(&str, f64, f64, f64); 7] = [
-    ("SAM", 21.0, 0.44, 1.0),
-    ("ASAM", 26.0, 0.54, 1.0),
-    ("GSAM", 37.0, 0.92, 1.0),
-    ("LookSAM k=2", 30.5, 3.5, 1.0),
-    ("Momentum-SAM", 17.0, 0.67, 1.0),
-    ("f16 loss-scaled SAM", 24.0, 0.85, 1.0),
-    ("accumulated SAM", 33.0, 0.68, 1.0),
+    ("SAM", 23.0, 0.44, 1.0),
+    ("ASAM", 28.0, 0.54, 1.0),
+    ("GSAM", 39.0, 0.92, 1.0),
+    ("LookSAM k=2", 32.5, 3.5, 1.0),
+    ("Momentum-SAM", 20.0, 0.67, 1.0),
+    ("f16 loss-scaled SAM", 26.0, 0.85, 1.0),
+    ("accumulated SAM", 35.0, 0.68, 1.0),
 ];
 
 #[test]

@@ -41,7 +41,11 @@ impl StepLosses {
             true => &mut self.perturbed,
             false => &mut self.at_weights,
         };
-        let term = widen(loss).mul_scalar(weight);
+        // A whole batch's loss is its own term: no kernel for it.
+        let term = match weight == 1.0 {
+            true => widen(loss),
+            false => widen(loss).mul_scalar(weight),
+        };
         let sum = match noted.sum.as_ref().and_then(AnyValue::get::<Tensor<B, 1>>) {
             Some(sum) => sum + term,
             None => term,
