@@ -152,6 +152,43 @@ fn optimizer_step() -> Result {
 }
 
 #[test]
+fn split_losses() -> Result {
+    let (lr, batches) = (0.05, batches(3));
+    let mut model = model();
+    let mut reports = Vec::new();
+    // snippet: split-losses
+    use burn::optim::{GradientsParams, SgdConfig};
+    use burn_sam::strategy::Linkable;
+    use burn_sam::SamConfig;
+
+    let mut optim = SamConfig::new().try_init(SgdConfig::new().init::<B, Classifier<B>>())?;
+    let link = optim.step_link();
+    for batch in batches {
+        let loss = model.loss(&batch);
+        link.note_loss(loss.clone().detach(), 1.0); // 1.0: the whole batch
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let perturbed = optim.ascend(lr, model, grads)?;
+        let loss = perturbed.loss(&batch);
+        link.note_loss(loss.clone().detach(), 1.0); // at w + e: an ascent awaits its descent
+        let grads = GradientsParams::from_grads(loss.backward(), &perturbed);
+        let (stepped, report) = optim.descend(lr, perturbed, grads)?;
+        println!("L(w) {}, sharpness {}", report.loss, report.sharpness());
+        model = stepped;
+        reports.push(report);
+    }
+    // snippet-end
+    assert_eq!(reports.len(), 3);
+    for report in reports {
+        assert!(
+            report.loss.is_finite() && report.sharpness() > 0.0,
+            "{report:?}"
+        );
+    }
+    drop(model);
+    Ok(())
+}
+
+#[test]
 fn momentum_sam() -> Result {
     let (lr, batches) = (0.05, batches(4));
     let mut model = model();
@@ -416,6 +453,60 @@ fn learner_program(f16: bool) -> Result {
 #[test]
 fn learner() -> Result {
     learner_program(false)
+}
+
+#[test]
+fn learner_metrics() -> Result {
+    use burn_sam::SamConfig;
+    use burn_sam_accum::train::SamTraining;
+
+    let device = burn::tensor::Device::<B>::default();
+    let artifact_dir =
+        std::env::temp_dir().join(format!("burn-sam-snippet-{}-metrics", std::process::id()));
+    let loader_train = digits_loader::<B>(digits(256), 32, 1);
+    let loader_valid = digits_loader::<Flex>(digits(64), 32, 1);
+    let optim = SamConfig::new()
+        .with_rho(0.05)
+        .try_init(SgdConfig::new().init())?;
+    // snippet: learner-metrics
+    use burn_sam_accum::train::SamMetric;
+
+    let training = SupervisedTraining::new(&artifact_dir, loader_train, loader_valid)
+        .metric_train_numeric(SamMetric::sharpness(&optim)) // L(w + e) - L(w)
+        .metric_train_numeric(SamMetric::grad_norm(&optim)) // the norm SAM divides by
+        .metric_train_numeric(SamMetric::loss_scale(&optim)) // f16: the step's loss scale
+        .metric_train_numeric(SamMetric::overflowed_steps(&optim)) // f16: % of steps skipped
+        .metric_train_numeric(SamMetric::sam_steps(&optim)); // % of steps with two passes
+                                                             // snippet-end
+    let strategy = SamTraining::new(device, &optim).into_strategy();
+    training
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .num_epochs(1)
+        .with_training_strategy(strategy)
+        .launch(Learner::new(model(), optim, 0.05));
+    let logged = |metric: &str| -> std::io::Result<String> {
+        std::fs::read_to_string(artifact_dir.join(format!("train/epoch-1/{metric}.log")))
+    };
+    let steps = logged("SAM_Steps")?;
+    assert!(
+        !steps.is_empty() && steps.lines().all(|line| line == "100,1"),
+        "{steps}"
+    );
+    for metric in [
+        "SAM_Sharpness",
+        "SAM_Gradient_Norm",
+        "Loss_Scale",
+        "Overflowed_Steps",
+    ] {
+        assert_eq!(
+            logged(metric)?.lines().count(),
+            steps.lines().count(),
+            "{metric}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&artifact_dir);
+    Ok(())
 }
 
 #[test]

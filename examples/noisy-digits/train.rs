@@ -134,7 +134,7 @@ where
         seconds += start.elapsed().as_secs_f64();
         sharpness.push(sharpness_sum / f64::from(sharpness_steps));
         test_accuracy.push(accuracy(&model.valid(), setup.test, setup.dtype));
-        probed_sharpness.push(probe(&model, &probe_batch, &loss, setup.probe_rho));
+        probed_sharpness.push(probe(&model, &probe_batch, loss, setup.probe_rho));
         progress(epoch, *test_accuracy.last().unwrap());
     }
     let weights = model.valid();

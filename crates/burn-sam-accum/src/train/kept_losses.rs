@@ -64,7 +64,7 @@ impl<B: AutodiffBackend> KeptLosses<B> {
                 let (losses, weights): (Vec<_>, Vec<_>) = all.into_iter().unzip();
                 let joined = Tensor::cat(losses, 0).inner();
                 let joined = Tensor::<B, 1>::from_inner(tensor_to(joined, device));
-                let parts = (0..weights.len()).map(|i| joined.clone().slice([i..i + 1]));
+                let parts = (0..weights.len()).map(|i| joined.clone().slice(i..i + 1));
                 parts.zip(weights).collect()
             }
         };
