@@ -40,7 +40,7 @@ use burn::train::{
 };
 use burn_sam::LossScaling;
 use burn_sam::{cast_params, LossScalerConfig, SamConfig, SamSchedule, SamVariant};
-use burn_sam_accum::train::{Ascent, Ranks, SamTraining};
+use burn_sam_accum::train::{Ascent, Ranks, SamMetric, SamTraining};
 use burn_sam_accum::{AccumError, WindowOptimizer};
 use burn_sam_suite::{ClassBatch, ClassBatcher, Example, Quiet};
 use data_parallel as dp;
@@ -251,6 +251,50 @@ fn ranks_equal_one_process(ranks: &Ranks) {
         );
     }
     f16_overflow_on_one_rank(ranks);
+    metrics_on_rank_zero(ranks);
+}
+
+/// SAM's metrics across ranks: rank 0 logs a line per output of its replicas with the
+/// combined step's report (every step SAM's, each with its sharpness); the other ranks log
+/// nothing and do not wait for their metrics.
+fn metrics_on_rank_zero(ranks: &Ranks) {
+    let optim = dp::sam::<B>(0.05);
+    let (sharpness, sam_steps) = (SamMetric::sharpness(&optim), SamMetric::sam_steps(&optim));
+    let strategy = SamTraining::data_parallel(rank_devices(ranks), &optim, Ascent::Synced)
+        .unwrap()
+        .with_items(ClassBatch::len)
+        .across_ranks(ranks);
+    let dir = scratch("metrics");
+    SupervisedTraining::new(&dir, data(), dp::loader::<Flex>(dp::examples(), 8))
+        .metric_train_numeric(sharpness)
+        .metric_train_numeric(sam_steps)
+        .renderer(Quiet)
+        .with_application_logger(None)
+        .num_epochs(1)
+        .with_training_strategy(strategy.into_strategy())
+        .launch(Learner::new(model_on(ranks), optim, dp::scheduler()));
+    let lines = |metric: &str| -> Vec<String> {
+        let log = dir.join(format!("train/epoch-1/{metric}.log"));
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        log.lines().map(str::to_string).collect()
+    };
+    let (steps, sharpness) = (lines("SAM_Steps"), lines("SAM_Sharpness"));
+    match ranks.rank() {
+        0 => {
+            assert!(!steps.is_empty() && steps.iter().all(|line| line == "100,1"));
+            assert_eq!(sharpness.len(), steps.len(), "a line per output");
+            for line in sharpness {
+                let (value, count) = line.split_once(',').expect("value,count");
+                let value: f64 = value.parse().expect("a number");
+                assert!(value > 0.0 && count == "1", "rank 0's sharpness {line}");
+            }
+        }
+        _ => assert!(
+            steps.is_empty() && sharpness.is_empty(),
+            "rank {}",
+            ranks.rank()
+        ),
+    }
 }
 
 /// One epoch of SAM (`Synced`: 2 gradient exchanges per step), one replica per rank, every
